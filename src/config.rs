@@ -1,0 +1,606 @@
+//! Configuration: one [`Config`] shared by `musicd` and `musicctl`.
+//!
+//! Three layers, later ones winning: the TOML file, `MUSICD_*` environment variables, and
+//! `key=value` overrides from command-line flags. All three are merged into one TOML table
+//! *before* anything is deserialized, so an unknown key or a malformed value is reported the
+//! same way wherever it came from: with its dotted key path and its source. The result is
+//! validated once (listen address, media roots that exist, TTLs); the rest of the crate only
+//! sees typed values and never reads the environment itself.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default location of the configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
+
+/// Prefix of the environment variables that override the file.
+pub const ENV_PREFIX: &str = "MUSICD_";
+
+/// Everything that can go wrong while loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named with `--config` could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config file {path} is not valid TOML: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, with line and column.
+        message: String,
+    },
+    /// A key is unknown or its value has the wrong type.
+    #[error("config {source_name}: key `{key}`: {message}")]
+    Key {
+        /// The file, or the environment / flag that set the key.
+        source_name: String,
+        /// Dotted key path, e.g. `redis.ttl_secs`.
+        key: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// An override (`--set key=value` or a `MUSICD_*` variable) could not be applied.
+    #[error("config override {origin}: {message}")]
+    Override {
+        /// The variable or flag.
+        origin: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// How the bytes of a resolved file reach the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServeMode {
+    /// musicd streams the file itself.
+    Direct,
+    /// Empty body plus `X-Accel-Redirect`: nginx sends the file.
+    XAccelRedirect,
+    /// Empty body plus `X-Sendfile`: Apache / lighttpd send the file.
+    XSendfile,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the file was read from (for messages), if any.
+    pub source: Option<PathBuf>,
+    /// Address the HTTP server listens on.
+    pub listen: SocketAddr,
+    /// Canonicalized directories that served files must lie under.
+    pub media_roots: Vec<PathBuf>,
+    /// How file bytes are delivered.
+    pub serve_mode: ServeMode,
+    /// URL prefixes of the track routes, e.g. `/musicdb`.
+    pub route_prefixes: Vec<String>,
+    /// `Cache-Control` value sent with files.
+    pub cache_control: String,
+    /// A request with more ranges than this gets the whole file (200) instead of a multipart answer.
+    pub max_ranges: usize,
+    /// Location prefix nginx maps to the media roots in x-accel-redirect mode.
+    pub accel_location: String,
+    /// How long in-flight responses may finish after a stop signal.
+    pub shutdown_grace: Duration,
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `musicd=debug`.
+    pub log_level: String,
+    /// MongoDB settings.
+    pub mongodb: MongoConfig,
+    /// Redis settings.
+    pub redis: RedisConfig,
+}
+
+/// The MongoDB catalogue.
+#[derive(Debug, Clone)]
+pub struct MongoConfig {
+    /// Connection string; may name a replica set.
+    pub uri: String,
+    /// Database name.
+    pub database: String,
+    /// Collection of track documents.
+    pub collection: String,
+    /// Field of each document holding the absolute file path.
+    pub path_field: String,
+    /// How long to wait for a usable server before a lookup fails (then 503).
+    pub timeout: Duration,
+}
+
+/// The Redis cache in front of MongoDB.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Key prefix; the key of a track is `{prefix}{objectid-hex}`.
+    pub prefix: String,
+    /// Lifetime of a positive entry.
+    pub ttl: Duration,
+    /// Lifetime of a negative (unknown id) entry.
+    pub negative_ttl: Duration,
+    /// Up to this fraction of `ttl` is added at random so entries do not expire together.
+    pub ttl_jitter: f64,
+    /// Bound on one Redis command; past it the request is served from MongoDB.
+    pub timeout: Duration,
+}
+
+/// The raw shape of the file; every field optional so that defaults live in one place.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    media_roots: Option<Vec<PathBuf>>,
+    serve_mode: Option<ServeMode>,
+    route_prefixes: Option<Vec<String>>,
+    cache_control: Option<String>,
+    max_ranges: Option<usize>,
+    accel_location: Option<String>,
+    shutdown_grace_secs: Option<u64>,
+    log_level: Option<String>,
+    #[serde(default)]
+    mongodb: RawMongo,
+    #[serde(default)]
+    redis: RawRedis,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMongo {
+    uri: Option<String>,
+    database: Option<String>,
+    collection: Option<String>,
+    path_field: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: Option<String>,
+    prefix: Option<String>,
+    ttl_secs: Option<u64>,
+    negative_ttl_secs: Option<u64>,
+    ttl_jitter_percent: Option<u8>,
+    timeout_ms: Option<u64>,
+}
+
+/// Tables whose keys may be set from `MUSICD_<TABLE>_<KEY>`.
+const TABLES: &[&str] = &["mongodb", "redis", "daemon", "limits"];
+
+/// Where the configuration comes from; see [`Config::load`].
+#[derive(Debug, Default, Clone)]
+pub struct Sources {
+    /// The TOML file. `None` means "the default path if it exists, else built-in defaults".
+    pub file: Option<PathBuf>,
+    /// Environment variables (normally `std::env::vars()`); only `MUSICD_*` ones are read.
+    pub env: Vec<(String, String)>,
+    /// `key=value` overrides from flags, applied last, e.g. `redis.url=redis://...`.
+    pub overrides: Vec<String>,
+}
+
+impl Sources {
+    /// Sources for a binary: the given file, the process environment, and flag overrides.
+    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
+        Sources {
+            file,
+            env: std::env::vars().collect(),
+            overrides,
+        }
+    }
+}
+
+impl Config {
+    /// Loads, merges and validates the configuration.
+    pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+        let (file, mut table) = read_file(sources.file.as_deref())?;
+        let file_name = file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(built-in defaults)".to_string());
+        let mut origins: BTreeMap<String, String> = BTreeMap::new();
+
+        for (name, value) in &sources.env {
+            let Some(rest) = name.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            // Variables that are not configuration keys (test hooks, MUSICD_CONFIG) are skipped.
+            if matches!(rest, "CONFIG" | "LOG") || rest.starts_with("TEST_") {
+                continue;
+            }
+            let key = env_key(rest);
+            set_key(&mut table, &key, value).map_err(|message| ConfigError::Override {
+                origin: name.clone(),
+                message,
+            })?;
+            origins.insert(key, format!("environment variable {name}"));
+        }
+        for item in &sources.overrides {
+            let (key, value) = item.split_once('=').ok_or_else(|| ConfigError::Override {
+                origin: item.clone(),
+                message: "expected key=value".into(),
+            })?;
+            let key = key.trim().to_string();
+            set_key(&mut table, &key, value).map_err(|message| ConfigError::Override {
+                origin: format!("--set {key}"),
+                message,
+            })?;
+            origins.insert(key.clone(), format!("flag --set {key}"));
+        }
+
+        let raw: RawConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+                let key = err.path().to_string();
+                let source_name = origins
+                    .iter()
+                    .find(|(k, _)| key == **k || key.starts_with(&format!("{k}.")))
+                    .map(|(_, o)| o.clone())
+                    .unwrap_or_else(|| file_name.clone());
+                ConfigError::Key {
+                    source_name,
+                    key,
+                    message: err.into_inner().to_string(),
+                }
+            })?;
+        let err_at = |key: &str, message: String| ConfigError::Key {
+            source_name: origins
+                .get(key)
+                .cloned()
+                .unwrap_or_else(|| file_name.clone()),
+            key: key.to_string(),
+            message,
+        };
+        raw.validate(file, &err_at)
+    }
+
+    /// The configuration a test or the quickstart gets when nothing is set: defaults only.
+    pub fn defaults_with_roots(media_roots: Vec<PathBuf>) -> Result<Config, ConfigError> {
+        let raw = RawConfig {
+            media_roots: Some(media_roots),
+            ..RawConfig::default()
+        };
+        raw.validate(None, &|key, message| ConfigError::Key {
+            source_name: "(built-in defaults)".into(),
+            key: key.into(),
+            message,
+        })
+    }
+}
+
+impl RawConfig {
+    fn validate(
+        self,
+        file: Option<PathBuf>,
+        err_at: &dyn Fn(&str, String) -> ConfigError,
+    ) -> Result<Config, ConfigError> {
+        let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:23001".into());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|e| err_at("listen", format!("`{listen_text}` is not an address: {e}")))?;
+
+        let roots = self
+            .media_roots
+            .unwrap_or_else(|| vec![PathBuf::from("/srv/music")]);
+        if roots.is_empty() {
+            return Err(err_at(
+                "media_roots",
+                "at least one media root is needed".into(),
+            ));
+        }
+        let mut media_roots = Vec::with_capacity(roots.len());
+        for root in roots {
+            if !root.is_absolute() {
+                return Err(err_at(
+                    "media_roots",
+                    format!("{} is not an absolute path", root.display()),
+                ));
+            }
+            let canonical = std::fs::canonicalize(&root)
+                .map_err(|e| err_at("media_roots", format!("{}: {e}", root.display())))?;
+            if !canonical.is_dir() {
+                return Err(err_at(
+                    "media_roots",
+                    format!("{} is not a directory", root.display()),
+                ));
+            }
+            media_roots.push(canonical);
+        }
+
+        let route_prefixes = self
+            .route_prefixes
+            .unwrap_or_else(|| vec!["/musicdb".into(), "/stream/musicdb".into()]);
+        for prefix in &route_prefixes {
+            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
+                return Err(err_at(
+                    "route_prefixes",
+                    format!("`{prefix}` must start with / and not end with /"),
+                ));
+            }
+        }
+        let accel_location = self.accel_location.unwrap_or_else(|| "/internal".into());
+        if !accel_location.starts_with('/') || accel_location.ends_with('/') {
+            return Err(err_at(
+                "accel_location",
+                "must start with / and not end with /".into(),
+            ));
+        }
+        let max_ranges = self.max_ranges.unwrap_or(16);
+        if max_ranges == 0 {
+            return Err(err_at("max_ranges", "must be at least 1".into()));
+        }
+
+        let mongo = self.mongodb;
+        let path_field = mongo.path_field.unwrap_or_else(|| "path".into());
+        if path_field.is_empty() || path_field.starts_with('$') || path_field == "_id" {
+            return Err(err_at(
+                "mongodb.path_field",
+                "must name a plain field".into(),
+            ));
+        }
+        let mongodb = MongoConfig {
+            uri: mongo
+                .uri
+                .unwrap_or_else(|| "mongodb://127.0.0.1:27017".into()),
+            database: mongo.database.unwrap_or_else(|| "musicdb".into()),
+            collection: mongo.collection.unwrap_or_else(|| "tracks".into()),
+            path_field,
+            timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(2000).max(1)),
+        };
+        if !mongodb.uri.starts_with("mongodb://") && !mongodb.uri.starts_with("mongodb+srv://") {
+            return Err(err_at(
+                "mongodb.uri",
+                "must start with mongodb:// or mongodb+srv://".into(),
+            ));
+        }
+
+        let redis = self.redis;
+        let ttl_secs = redis.ttl_secs.unwrap_or(86_400);
+        let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(60);
+        if ttl_secs == 0 {
+            return Err(err_at("redis.ttl_secs", "must be at least 1".into()));
+        }
+        if negative_ttl_secs == 0 {
+            return Err(err_at(
+                "redis.negative_ttl_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        let jitter = redis.ttl_jitter_percent.unwrap_or(10);
+        if jitter > 100 {
+            return Err(err_at("redis.ttl_jitter_percent", "must be 0..=100".into()));
+        }
+        let prefix = redis.prefix.unwrap_or_else(|| "track_".into());
+        if prefix.is_empty() {
+            return Err(err_at(
+                "redis.prefix",
+                "must not be empty (purges match on it)".into(),
+            ));
+        }
+        let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+        if redis::parse_redis_url(&url).is_none() {
+            return Err(err_at(
+                "redis.url",
+                format!("`{url}` is not a redis:// URL"),
+            ));
+        }
+        let redis = RedisConfig {
+            url,
+            prefix,
+            ttl: Duration::from_secs(ttl_secs),
+            negative_ttl: Duration::from_secs(negative_ttl_secs),
+            ttl_jitter: f64::from(jitter) / 100.0,
+            timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(250).max(1)),
+        };
+
+        Ok(Config {
+            source: file,
+            listen,
+            media_roots,
+            serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
+            route_prefixes,
+            cache_control: self
+                .cache_control
+                .unwrap_or_else(|| "public, max-age=86400".into()),
+            max_ranges,
+            accel_location,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs.unwrap_or(30)),
+            log_level: self.log_level.unwrap_or_else(|| "info".into()),
+            mongodb,
+            redis,
+        })
+    }
+}
+
+/// Reads the file (or the default file if present) into a table.
+fn read_file(path: Option<&Path>) -> Result<(Option<PathBuf>, toml::Table), ConfigError> {
+    let path = match path {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let default = PathBuf::from(DEFAULT_CONFIG_PATH);
+            if !default.exists() {
+                return Ok((None, toml::Table::new()));
+            }
+            default
+        }
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let table = text
+        .parse::<toml::Table>()
+        .map_err(|e| ConfigError::Syntax {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+    Ok((Some(path), table))
+}
+
+/// `REDIS_TTL_SECS` -> `redis.ttl_secs`; `MEDIA_ROOTS` -> `media_roots`.
+fn env_key(rest: &str) -> String {
+    let lower = rest.to_ascii_lowercase();
+    for table in TABLES {
+        if let Some(key) = lower.strip_prefix(&format!("{table}_")) {
+            return format!("{table}.{key}");
+        }
+    }
+    lower
+}
+
+/// Sets a dotted key in the table. The value is read as a TOML value when it is one
+/// (`86400`, `true`, `["/a", "/b"]`, `"quoted"`), otherwise taken as a plain string, so
+/// `MUSICD_REDIS_URL=redis://x` needs no quoting. A list-valued key also accepts a plain
+/// `:`-separated string, like `PATH`.
+fn set_key(table: &mut toml::Table, key: &str, raw: &str) -> Result<(), String> {
+    let mut value = parse_value(raw);
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(format!("`{key}` is not a key"));
+    }
+    if matches!(key, "media_roots" | "route_prefixes")
+        && let toml::Value::String(s) = &value
+    {
+        value = toml::Value::Array(
+            s.split(':')
+                .filter(|p| !p.is_empty())
+                .map(|p| toml::Value::String(p.to_string()))
+                .collect(),
+        );
+    }
+    let (last, parents) = parts.split_last().ok_or("empty key")?;
+    let mut current = table;
+    for part in parents {
+        let entry = current
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        current = entry
+            .as_table_mut()
+            .ok_or_else(|| format!("`{part}` is not a table"))?;
+    }
+    current.insert(last.to_string(), value);
+    Ok(())
+}
+
+fn parse_value(raw: &str) -> toml::Value {
+    let doc = format!("v = {raw}");
+    match doc.parse::<toml::Table>() {
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(
+        text: &str,
+        env: &[(&str, &str)],
+        overrides: &[&str],
+    ) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("musicd.toml");
+        let text = text.replace("$ROOT", &dir.path().display().to_string());
+        std::fs::write(&file, text).expect("write");
+        Config::load(&Sources {
+            file: Some(file),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            overrides: overrides.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+
+    #[test]
+    fn defaults_fill_what_the_file_leaves_out() {
+        let cfg = load_text("media_roots = [\"$ROOT\"]\n", &[], &[]).expect("valid");
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:23001");
+        assert_eq!(cfg.redis.prefix, "track_");
+        assert_eq!(cfg.redis.ttl, Duration::from_secs(86_400));
+        assert_eq!(cfg.mongodb.path_field, "path");
+        assert_eq!(cfg.serve_mode, ServeMode::Direct);
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        let cfg = load_text(
+            "media_roots = [\"$ROOT\"]\n[redis]\nttl_secs = 5\nprefix = \"a_\"\n",
+            &[
+                ("MUSICD_REDIS_TTL_SECS", "7"),
+                ("MUSICD_REDIS_PREFIX", "b_"),
+                ("MUSICD_SERVE_MODE", "x-accel-redirect"),
+                ("HOME", "/root"),
+            ],
+            &["redis.prefix=c_"],
+        )
+        .expect("valid");
+        assert_eq!(cfg.redis.ttl, Duration::from_secs(7));
+        assert_eq!(cfg.redis.prefix, "c_");
+        assert_eq!(cfg.serve_mode, ServeMode::XAccelRedirect);
+    }
+
+    #[test]
+    fn unknown_key_names_the_key_and_the_file() {
+        let err = load_text("media_roots = [\"$ROOT\"]\n[redis]\nttl = 5\n", &[], &[])
+            .expect_err("unknown key");
+        let text = err.to_string();
+        assert!(text.contains("redis"), "{text}");
+        assert!(text.contains("unknown field `ttl`"), "{text}");
+        assert!(text.contains("musicd.toml"), "{text}");
+    }
+
+    #[test]
+    fn malformed_value_names_the_key_and_its_source() {
+        let err = load_text(
+            "media_roots = [\"$ROOT\"]\n",
+            &[("MUSICD_REDIS_TTL_SECS", "soon")],
+            &[],
+        )
+        .expect_err("bad type");
+        let text = err.to_string();
+        assert!(text.contains("redis.ttl_secs"), "{text}");
+        assert!(text.contains("MUSICD_REDIS_TTL_SECS"), "{text}");
+    }
+
+    #[test]
+    fn missing_media_root_is_a_startup_error() {
+        let err = load_text("media_roots = [\"/nonexistent/music/root\"]\n", &[], &[])
+            .expect_err("missing root");
+        let text = err.to_string();
+        assert!(text.contains("media_roots"), "{text}");
+        assert!(text.contains("/nonexistent/music/root"), "{text}");
+    }
+
+    #[test]
+    fn bad_listen_address_is_rejected() {
+        let err = load_text(
+            "listen = \"localhost\"\nmedia_roots = [\"$ROOT\"]\n",
+            &[],
+            &[],
+        )
+        .expect_err("bad listen");
+        assert!(err.to_string().contains("listen"));
+    }
+
+    #[test]
+    fn media_roots_from_env_accept_a_colon_list() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::create_dir_all(&a).expect("mkdir");
+        std::fs::create_dir_all(&b).expect("mkdir");
+        let value = format!("{}:{}", a.display(), b.display());
+        let cfg = load_text("", &[("MUSICD_MEDIA_ROOTS", &value)], &[]).expect("valid");
+        assert_eq!(cfg.media_roots.len(), 2);
+    }
+}

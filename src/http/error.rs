@@ -1,0 +1,149 @@
+//! The one place where errors become HTTP answers.
+//!
+//! Every failure a request can meet is an [`ApiError`]; its [`IntoResponse`] picks the status
+//! and writes a small JSON body `{"error": "...", "id": "..."}` so players and operators get
+//! a reason instead of an empty page. Errors that point at a problem on our side (a
+//! document outside the roots, a file missing on disk) are logged here too.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::catalog::{CacheOutcome, ResolveError};
+use crate::media::MediaError;
+
+/// Seconds a client is told to wait when the catalogue is down.
+pub const RETRY_AFTER_SECS: u32 = 5;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The id in the URL is not a 24-digit hex ObjectId.
+    #[error("invalid track id")]
+    InvalidId {
+        /// The id as received.
+        id: String,
+    },
+    /// No document has this id.
+    #[error("unknown track id")]
+    UnknownId {
+        /// The id.
+        id: String,
+    },
+    /// The id could not be resolved (MongoDB down, invalid document).
+    #[error("{source}")]
+    Resolve {
+        /// The id.
+        id: String,
+        /// Why.
+        source: ResolveError,
+    },
+    /// The document's path cannot be served.
+    #[error("{source}")]
+    Media {
+        /// The id.
+        id: String,
+        /// Why.
+        source: MediaError,
+    },
+    /// Reading the file failed for another reason.
+    #[error("file could not be read")]
+    Io {
+        /// The id.
+        id: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl ApiError {
+    /// The status this error maps to.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownId { .. } => StatusCode::NOT_FOUND,
+            ApiError::Resolve { source, .. } => match source {
+                ResolveError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                ResolveError::InvalidDocument(_) => StatusCode::NOT_FOUND,
+            },
+            ApiError::Media { source, .. } => match source {
+                MediaError::NotAbsolute | MediaError::OutsideRoots => StatusCode::FORBIDDEN,
+                MediaError::Missing | MediaError::NotAFile => StatusCode::NOT_FOUND,
+                MediaError::Unreadable(_) => StatusCode::FORBIDDEN,
+            },
+            ApiError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The message shown to the client. Internal detail (paths, driver errors) stays in
+    /// the log: the client learns what happened, not how our disks are laid out.
+    fn public_message(&self) -> &'static str {
+        match self {
+            ApiError::InvalidId { .. } => "invalid track id: expected 24 hexadecimal digits",
+            ApiError::UnknownId { .. } => "unknown track id",
+            ApiError::Resolve { source, .. } => match source {
+                ResolveError::StoreUnavailable(_) => "track catalogue unavailable, retry later",
+                ResolveError::InvalidDocument(_) => "track has no playable file",
+            },
+            ApiError::Media { source, .. } => match source {
+                MediaError::NotAbsolute | MediaError::OutsideRoots | MediaError::Unreadable(_) => {
+                    "access to this track's file is refused"
+                }
+                MediaError::Missing => "track file is missing",
+                MediaError::NotAFile => "track file is not a regular file",
+            },
+            ApiError::Io { .. } => "track file could not be read",
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            ApiError::InvalidId { id }
+            | ApiError::UnknownId { id }
+            | ApiError::Resolve { id, .. }
+            | ApiError::Media { id, .. }
+            | ApiError::Io { id, .. } => id,
+        }
+    }
+
+    fn log(&self) {
+        match self {
+            ApiError::InvalidId { .. } | ApiError::UnknownId { .. } => {}
+            ApiError::Resolve { id, source } => {
+                tracing::warn!(%id, error = %source, "cannot resolve track")
+            }
+            ApiError::Media { id, source } => {
+                tracing::warn!(%id, error = %source, "refusing track file")
+            }
+            ApiError::Io { id, source } => {
+                tracing::error!(%id, error = %source, "reading track file failed")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.log();
+        let status = self.status();
+        // Echo at most a sane length of the id back; it is attacker-controlled.
+        let id: String = self.id().chars().take(64).collect();
+        let body = serde_json::json!({ "error": self.public_message(), "id": id });
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        response
+    }
+}
+
+/// A JSON error body for answers that are not tied to a track id (416, 412, 404 route).
+pub fn json_status(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// Attached to responses so the access log knows where the answer came from.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome(pub CacheOutcome);

@@ -1,0 +1,359 @@
+//! Serving one resolved file: conditional requests, ranges, HEAD, MIME, offload.
+//!
+//! Everything that touches the disk for a request (confining the path, opening, `fstat`,
+//! and reading a small body) happens in one hop to the blocking pool in [`prepare`]; the
+//! decisions in between are the pure functions of [`super::conditional`] and
+//! [`super::range`]. Large bodies stream from the already-open file (see [`super::body`]),
+//! so a file replaced by rename mid-stream keeps sending the version that was opened.
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use bytes::{BufMut, Bytes, BytesMut};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::body::{Segment, read_chunk, segments_body};
+use super::conditional::{Preconditions, Validators, Verdict, evaluate};
+use super::error::{ApiError, json_status};
+use super::mime::content_type;
+use super::range::{RangeDecision, decide};
+use crate::config::ServeMode;
+use crate::media::{MediaFile, MediaRoots};
+
+/// Bodies up to this size are read in the same blocking hop that opens the file.
+pub const INLINE_READ_MAX: u64 = 128 * 1024;
+
+/// What [`prepare`] needs from the request, owned so it can cross to the blocking pool.
+#[derive(Debug, Clone, Default)]
+pub struct FileRequest {
+    /// HEAD: headers only.
+    pub head: bool,
+    /// `Range`.
+    pub range: Option<String>,
+    /// `If-Match`.
+    pub if_match: Option<String>,
+    /// `If-None-Match`.
+    pub if_none_match: Option<String>,
+    /// `If-Modified-Since`.
+    pub if_modified_since: Option<String>,
+    /// `If-Unmodified-Since`.
+    pub if_unmodified_since: Option<String>,
+    /// `If-Range`.
+    pub if_range: Option<String>,
+}
+
+impl FileRequest {
+    /// Copies the relevant headers out of a request.
+    pub fn from_parts(method: &Method, headers: &HeaderMap) -> FileRequest {
+        let get = |name: header::HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        FileRequest {
+            head: method == Method::HEAD,
+            range: get(header::RANGE),
+            if_match: get(header::IF_MATCH),
+            if_none_match: get(header::IF_NONE_MATCH),
+            if_modified_since: get(header::IF_MODIFIED_SINCE),
+            if_unmodified_since: get(header::IF_UNMODIFIED_SINCE),
+            if_range: get(header::IF_RANGE),
+        }
+    }
+
+    fn preconditions(&self) -> Preconditions<'_> {
+        Preconditions {
+            if_match: self.if_match.as_deref(),
+            if_none_match: self.if_none_match.as_deref(),
+            if_modified_since: self.if_modified_since.as_deref(),
+            if_unmodified_since: self.if_unmodified_since.as_deref(),
+            if_range: self.if_range.as_deref(),
+        }
+    }
+}
+
+/// Settings of the file server, taken from the config once.
+#[derive(Debug, Clone)]
+pub struct FileSettings {
+    /// Where the files may be.
+    pub roots: MediaRoots,
+    /// Direct or offloaded.
+    pub mode: ServeMode,
+    /// `Cache-Control` value.
+    pub cache_control: HeaderValue,
+    /// Ranges beyond which the whole file is sent.
+    pub max_ranges: usize,
+    /// nginx internal location for x-accel-redirect.
+    pub accel_location: String,
+}
+
+/// Opens and evaluates the file for the request, on the blocking pool.
+pub async fn serve(
+    settings: Arc<FileSettings>,
+    id: String,
+    raw_path: String,
+    request: FileRequest,
+) -> Result<Response<Body>, ApiError> {
+    let task_id = id.clone();
+    tokio::task::spawn_blocking(move || prepare(&settings, &task_id, &raw_path, &request))
+        .await
+        .map_err(|join| ApiError::Io {
+            id,
+            source: std::io::Error::other(join),
+        })?
+}
+
+/// The synchronous part: confine, open, stat, decide, and read a small body.
+pub fn prepare(
+    settings: &FileSettings,
+    id: &str,
+    raw_path: &str,
+    request: &FileRequest,
+) -> Result<Response<Body>, ApiError> {
+    let media = settings
+        .roots
+        .open(raw_path)
+        .map_err(|source| ApiError::Media {
+            id: id.to_string(),
+            source,
+        })?;
+    match settings.mode {
+        ServeMode::Direct => direct(settings, id, media, request),
+        ServeMode::XAccelRedirect | ServeMode::XSendfile => Ok(offload(settings, &media)),
+    }
+}
+
+fn direct(
+    settings: &FileSettings,
+    id: &str,
+    media: MediaFile,
+    request: &FileRequest,
+) -> Result<Response<Body>, ApiError> {
+    let size = media.metadata.len();
+    let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+    let validators = Validators::new(size, modified);
+    let mime = content_type(&media.path);
+
+    let mut response = Response::builder()
+        .header(header::ETAG, &validators.etag)
+        .header(header::LAST_MODIFIED, validators.last_modified_header())
+        .header(header::CACHE_CONTROL, settings.cache_control.clone());
+
+    let verdict = evaluate(&request.preconditions(), &validators);
+    match verdict {
+        Verdict::NotModified => {
+            return response
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .map_err(|e| internal(id, e));
+        }
+        Verdict::PreconditionFailed => {
+            return Ok(json_status(
+                StatusCode::PRECONDITION_FAILED,
+                "precondition failed",
+            ));
+        }
+        Verdict::Proceed | Verdict::IgnoreRange => {}
+    }
+
+    let decision = match (&request.range, verdict) {
+        (Some(range), Verdict::Proceed) => decide(range, size, settings.max_ranges),
+        _ => RangeDecision::Full,
+    };
+    response = response.header(header::ACCEPT_RANGES, "bytes").header(
+        header::CONTENT_DISPOSITION,
+        content_disposition(&media.path),
+    );
+
+    let (status, segments) = match decision {
+        RangeDecision::Unsatisfiable => {
+            let mut answer =
+                json_status(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                answer.headers_mut().insert(header::CONTENT_RANGE, value);
+            }
+            return Ok(answer);
+        }
+        RangeDecision::Full => {
+            response = response.header(header::CONTENT_TYPE, mime);
+            (
+                StatusCode::OK,
+                vec![Segment::File {
+                    offset: 0,
+                    len: size,
+                }],
+            )
+        }
+        RangeDecision::Single(range) => {
+            response = response.header(header::CONTENT_TYPE, mime).header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{}", range.start, range.end - 1, size),
+            );
+            (
+                StatusCode::PARTIAL_CONTENT,
+                vec![Segment::File {
+                    offset: range.start,
+                    len: range.end - range.start,
+                }],
+            )
+        }
+        RangeDecision::Multi(ranges) => {
+            let boundary = format!("musicd-{:016x}", rand::random::<u64>());
+            response = response.header(
+                header::CONTENT_TYPE,
+                format!("multipart/byteranges; boundary={boundary}"),
+            );
+            (
+                StatusCode::PARTIAL_CONTENT,
+                multipart(&ranges, size, mime, &boundary),
+            )
+        }
+    };
+    let length: u64 = segments.iter().map(Segment::len).sum();
+    response = response
+        .status(status)
+        .header(header::CONTENT_LENGTH, length);
+
+    let body = if request.head || length == 0 {
+        Body::empty()
+    } else {
+        inline_or_stream(media.file, segments, length).map_err(|source| ApiError::Io {
+            id: id.to_string(),
+            source,
+        })?
+    };
+    response.body(body).map_err(|e| internal(id, e))
+}
+
+/// Small bodies are read now, in this blocking hop; large ones stream.
+fn inline_or_stream(file: File, segments: Vec<Segment>, length: u64) -> std::io::Result<Body> {
+    if length > INLINE_READ_MAX {
+        return Ok(segments_body(Arc::new(file), segments));
+    }
+    let mut out = BytesMut::with_capacity(length as usize);
+    for segment in segments {
+        match segment {
+            Segment::Bytes(bytes) => out.put(bytes),
+            Segment::File { offset, len } => out.put(read_chunk(&file, offset, len as usize)?),
+        }
+    }
+    Ok(Body::from(out.freeze()))
+}
+
+/// The parts of a `multipart/byteranges` body.
+fn multipart(
+    ranges: &[std::ops::Range<u64>],
+    size: u64,
+    mime: &str,
+    boundary: &str,
+) -> Vec<Segment> {
+    let mut segments = Vec::with_capacity(ranges.len() * 2 + 1);
+    for range in ranges {
+        let head = format!(
+            "\r\n--{boundary}\r\nContent-Type: {mime}\r\nContent-Range: bytes {}-{}/{size}\r\n\r\n",
+            range.start,
+            range.end - 1
+        );
+        segments.push(Segment::Bytes(Bytes::from(head)));
+        segments.push(Segment::File {
+            offset: range.start,
+            len: range.end - range.start,
+        });
+    }
+    segments.push(Segment::Bytes(Bytes::from(format!(
+        "\r\n--{boundary}--\r\n"
+    ))));
+    segments
+}
+
+/// Characters left as they are in the offload URI: unreserved ones and `/`.
+const OFFLOAD_KEEP: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// An empty answer telling the front server which file to send.
+fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Body> {
+    let mut response = Response::builder()
+        .header(header::CONTENT_TYPE, content_type(&media.path))
+        .header(header::CACHE_CONTROL, settings.cache_control.clone())
+        .header(
+            header::CONTENT_DISPOSITION,
+            content_disposition(&media.path),
+        );
+    response = match settings.mode {
+        ServeMode::XSendfile => response.header("X-Sendfile", media.path.display().to_string()),
+        _ => {
+            let relative = settings
+                .roots
+                .relative(media)
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let uri = format!(
+                "{}/{}/{}",
+                settings.accel_location,
+                media.root_index,
+                utf8_percent_encode(&relative, OFFLOAD_KEEP)
+            );
+            response.header("X-Accel-Redirect", uri)
+        }
+    };
+    response
+        .body(Body::empty())
+        .unwrap_or_else(|_| json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header"))
+}
+
+/// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.
+pub fn content_disposition(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if ascii == name {
+        format!("inline; filename=\"{name}\"")
+    } else {
+        let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
+        format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+    }
+}
+
+fn internal(id: &str, err: axum::http::Error) -> ApiError {
+    ApiError::Io {
+        id: id.to_string(),
+        source: std::io::Error::other(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disposition_quotes_plain_names_and_encodes_others() {
+        assert_eq!(
+            content_disposition(Path::new("/m/Song 1.mp3")),
+            "inline; filename=\"Song 1.mp3\""
+        );
+        let d = content_disposition(Path::new("/m/Café \"x\".mp3"));
+        assert!(
+            d.starts_with("inline; filename=\"Caf_ _x_.mp3\"; filename*=UTF-8''Caf%C3%A9"),
+            "{d}"
+        );
+    }
+}

@@ -1,0 +1,343 @@
+//! The HTTP server: routes, state, the access log, and the accept loop.
+//!
+//! [`serve`] takes an already-bound listener and a shutdown future, so the foreground
+//! daemon, the supervisor's inherited socket and the integration tests all use the same
+//! entry point. Connections are served by hyper directly (not `axum::serve`) because the
+//! server needs knobs axum does not expose: header-read timeout, `TCP_NODELAY`, graceful
+//! draining with a deadline.
+
+pub mod body;
+pub mod conditional;
+pub mod error;
+pub mod file;
+pub mod mime;
+pub mod ops;
+pub mod range;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use mongodb::bson::oid::ObjectId;
+use tokio::net::TcpListener;
+
+use crate::catalog::{CacheOutcome, Resolver, TrackCache, TrackStore};
+use crate::config::Config;
+use crate::media::MediaRoots;
+use crate::redis_link::RedisLink;
+use error::{ApiError, Outcome, json_status};
+use file::{FileRequest, FileSettings};
+
+/// Why the server could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The Redis URL is unusable.
+    #[error(transparent)]
+    Redis(#[from] crate::redis_link::LinkError),
+    /// The MongoDB URI is unusable.
+    #[error(transparent)]
+    Mongo(#[from] crate::catalog::mongo::StoreError),
+    /// A config value cannot be a header.
+    #[error("cache_control is not a valid header value")]
+    CacheControl,
+    /// Accepting connections failed for good.
+    #[error("listener: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shared by every request.
+#[derive(Clone)]
+pub struct AppState {
+    /// id -> path.
+    pub resolver: Arc<Resolver>,
+    /// How files are served.
+    pub files: Arc<FileSettings>,
+    /// For `/healthz` uptime.
+    pub started: Instant,
+}
+
+impl AppState {
+    /// Builds the resolver and file settings from a validated config. Connects to nothing:
+    /// backends are reached on first use, so the server starts even while they are down.
+    pub async fn new(config: &Config) -> Result<AppState, ServerError> {
+        let link = Arc::new(RedisLink::new(&config.redis.url, config.redis.timeout)?);
+        let cache = TrackCache::new(link, &config.redis);
+        let store = TrackStore::new(&config.mongodb).await?;
+        let files = FileSettings {
+            roots: MediaRoots::new(config.media_roots.clone()),
+            mode: config.serve_mode,
+            cache_control: HeaderValue::from_str(&config.cache_control)
+                .map_err(|_| ServerError::CacheControl)?,
+            max_ranges: config.max_ranges,
+            accel_location: config.accel_location.clone(),
+        };
+        Ok(AppState {
+            resolver: Arc::new(Resolver::new(cache, store)),
+            files: Arc::new(files),
+            started: Instant::now(),
+        })
+    }
+}
+
+/// The router: track routes under every configured prefix, ops endpoints, JSON 404s.
+pub fn router(state: AppState, prefixes: &[String]) -> Router {
+    let mut app = Router::new()
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz));
+    for prefix in prefixes {
+        app = app
+            .route(&format!("{prefix}/{{id}}"), get(track))
+            .route(&format!("{prefix}/{{id}}/{{name}}"), get(track));
+    }
+    app.fallback(|| async { json_status(StatusCode::NOT_FOUND, "no such route") })
+        .layer(middleware::from_fn(access_log))
+        .with_state(state)
+}
+
+/// `GET|HEAD {prefix}/{id}[/{name}]`.
+async fn track(
+    State(state): State<AppState>,
+    Path(params): Path<HashMap<String, String>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let id = params.get("id").cloned().unwrap_or_default();
+    let (outcome, result) = track_response(&state, id, &method, &headers).await;
+    let mut response = result.unwrap_or_else(IntoResponse::into_response);
+    response.extensions_mut().insert(Outcome(outcome));
+    response
+}
+
+async fn track_response(
+    state: &AppState,
+    id: String,
+    method: &Method,
+    headers: &HeaderMap,
+) -> (CacheOutcome, Result<Response, ApiError>) {
+    let Ok(oid) = ObjectId::parse_str(&id) else {
+        return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
+    };
+    let resolution = match state.resolver.resolve(&oid).await {
+        Ok(r) => r,
+        Err(source) => return (CacheOutcome::None, Err(ApiError::Resolve { id, source })),
+    };
+    let Some(path) = resolution.path else {
+        return (resolution.outcome, Err(ApiError::UnknownId { id }));
+    };
+    let request = FileRequest::from_parts(method, headers);
+    let served = file::serve(Arc::clone(&state.files), id, path, request).await;
+    (resolution.outcome, served)
+}
+
+/// Source of request ids: a random per-process prefix and a counter.
+struct RequestIds {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+static REQUEST_IDS: std::sync::LazyLock<RequestIds> = std::sync::LazyLock::new(|| RequestIds {
+    prefix: rand::random(),
+    next: AtomicU64::new(1),
+});
+
+fn request_id(headers: &HeaderMap) -> String {
+    // A proxy's id is kept so one request can be followed through nginx/varnish and musicd,
+    // but only if it is short and plain (it goes into our logs).
+    if let Some(given) = headers.get("x-request-id").and_then(|v| v.to_str().ok())
+        && !given.is_empty()
+        && given.len() <= 64
+        && given
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    {
+        return given.to_string();
+    }
+    let n = REQUEST_IDS.next.fetch_add(1, Ordering::Relaxed);
+    format!("{:08x}-{n:x}", REQUEST_IDS.prefix)
+}
+
+/// Logs one line per request, when its body has been sent (or abandoned).
+async fn access_log(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = request_id(request.headers());
+    let method = request.method().clone();
+    let path: String = request.uri().path().chars().take(256).collect();
+    let mut response = next.run(request).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert("x-request-id", value);
+    }
+    let cache = response
+        .extensions()
+        .get::<Outcome>()
+        .map_or(CacheOutcome::None, |o| o.0);
+    let status = response.status().as_u16();
+    let (parts, body) = response.into_parts();
+    let logged = LoggedBody {
+        inner: body,
+        bytes: 0,
+        finished: false,
+        entry: Some(AccessEntry {
+            id,
+            method,
+            path,
+            status,
+            cache,
+            started,
+        }),
+    };
+    Response::from_parts(parts, Body::new(logged))
+}
+
+struct AccessEntry {
+    id: String,
+    method: Method,
+    path: String,
+    status: u16,
+    cache: CacheOutcome,
+    started: Instant,
+}
+
+/// A body that counts what it sends and writes the access-log line when it is dropped.
+struct LoggedBody {
+    inner: Body,
+    bytes: u64,
+    finished: bool,
+    entry: Option<AccessEntry>,
+}
+
+impl http_body::Body for LoggedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    self.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(None) => self.finished = true,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    fn drop(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            let complete = self.finished || http_body::Body::is_end_stream(&self.inner);
+            tracing::info!(
+                target: "musicd::access",
+                id = %entry.id,
+                method = %entry.method,
+                path = %entry.path,
+                status = entry.status,
+                bytes = self.bytes,
+                latency_ms = entry.started.elapsed().as_secs_f64() * 1000.0,
+                cache = entry.cache.as_str(),
+                complete,
+            );
+        }
+    }
+}
+
+/// Limits of the connection handling.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long in-flight responses may finish after shutdown starts.
+    pub grace: Duration,
+    /// How long a client may take to send its request headers.
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            grace: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then drains connections for at
+/// most `options.grace`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    let mut accept_backoff = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, _peer) = match accepted {
+            Ok(pair) => {
+                accept_backoff = Duration::from_millis(5);
+                pair
+            }
+            Err(err) => {
+                // Out of file descriptors and similar: wait and retry rather than spin.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(accept_backoff).await;
+                accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        // Small responses wait 40 ms for delayed ACKs without this.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections drained"),
+        () = tokio::time::sleep(options.grace) => {
+            tracing::warn!(grace = ?options.grace, "shutdown grace expired, closing remaining connections");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Confining document paths to the media roots.
+//!
+//! MongoDB's contents are trusted to name files, not to name *any* file: a path is served
+//! only if, after resolving `..` and every symlink, it lies under one of the configured
+//! (already canonical) media roots and is a regular file. This is the one place that
+//! decides that; it is synchronous (it touches the file system) and is called from the
+//! blocking pool.
+
+use std::fs::{File, Metadata};
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a document's path is not served.
+#[derive(Debug, thiserror::Error)]
+pub enum MediaError {
+    /// The path is relative, empty or contains a NUL byte.
+    #[error("path is not an absolute file path")]
+    NotAbsolute,
+    /// After resolving symlinks the path lies outside every media root.
+    #[error("path resolves outside the media roots")]
+    OutsideRoots,
+    /// Nothing exists at the path.
+    #[error("file does not exist")]
+    Missing,
+    /// Something exists but it is not a regular file (directory, FIFO, device).
+    #[error("not a regular file")]
+    NotAFile,
+    /// The file exists but cannot be read.
+    #[error("file cannot be read: {0}")]
+    Unreadable(#[source] io::Error),
+}
+
+/// An open file under a media root.
+#[derive(Debug)]
+pub struct MediaFile {
+    /// Canonical path.
+    pub path: PathBuf,
+    /// Index of the media root it lies under.
+    pub root_index: usize,
+    /// The open file.
+    pub file: File,
+    /// Its metadata, taken from the open file (not the path), so both describe one inode.
+    pub metadata: Metadata,
+}
+
+/// The canonical media roots.
+#[derive(Debug, Clone)]
+pub struct MediaRoots {
+    roots: Vec<PathBuf>,
+}
+
+impl MediaRoots {
+    /// Roots as given; they must already be canonical (config validation does that).
+    pub fn new(roots: Vec<PathBuf>) -> MediaRoots {
+        MediaRoots { roots }
+    }
+
+    /// The roots.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// Resolves a document path to a canonical path under a root, without opening it.
+    pub fn confine(&self, raw: &str) -> Result<(PathBuf, usize), MediaError> {
+        if raw.is_empty() || raw.contains('\0') {
+            return Err(MediaError::NotAbsolute);
+        }
+        let path = Path::new(raw);
+        if !path.is_absolute() {
+            return Err(MediaError::NotAbsolute);
+        }
+        // Refuse `..` before touching the disk: even when it happens to land inside a root,
+        // a document written that way is suspicious and should be fixed, not served.
+        if path.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(MediaError::OutsideRoots);
+        }
+        let canonical = match std::fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                // A missing file inside a root is "missing"; one outside is still "outside",
+                // so an attacker cannot probe the rest of the file system.
+                return Err(if self.root_of(path).is_some() {
+                    MediaError::Missing
+                } else {
+                    MediaError::OutsideRoots
+                });
+            }
+            Err(err) => return Err(MediaError::Unreadable(err)),
+        };
+        let root_index = self.root_of(&canonical).ok_or(MediaError::OutsideRoots)?;
+        Ok((canonical, root_index))
+    }
+
+    /// Confines and opens a document path; only regular files pass.
+    pub fn open(&self, raw: &str) -> Result<MediaFile, MediaError> {
+        let (path, root_index) = self.confine(raw)?;
+        // Checking the type before opening keeps a FIFO from blocking the open.
+        let pre = std::fs::metadata(&path).map_err(open_error)?;
+        if !pre.is_file() {
+            return Err(MediaError::NotAFile);
+        }
+        let file = File::open(&path).map_err(open_error)?;
+        let metadata = file.metadata().map_err(MediaError::Unreadable)?;
+        if !metadata.is_file() {
+            return Err(MediaError::NotAFile);
+        }
+        Ok(MediaFile {
+            path,
+            root_index,
+            file,
+            metadata,
+        })
+    }
+
+    /// The path relative to its root, for x-accel-redirect / x-sendfile.
+    pub fn relative<'a>(&self, file: &'a MediaFile) -> Option<&'a Path> {
+        let root = self.roots.get(file.root_index)?;
+        file.path.strip_prefix(root).ok()
+    }
+
+    fn root_of(&self, path: &Path) -> Option<usize> {
+        self.roots.iter().position(|root| path.starts_with(root))
+    }
+}
+
+fn open_error(err: io::Error) -> MediaError {
+    if err.kind() == io::ErrorKind::NotFound {
+        MediaError::Missing
+    } else {
+        MediaError::Unreadable(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, MediaRoots) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("music");
+        std::fs::create_dir_all(root.join("album")).expect("mkdir");
+        std::fs::write(root.join("album/a.mp3"), b"abc").expect("write");
+        std::fs::write(dir.path().join("secret.txt"), b"secret").expect("write");
+        let canonical = std::fs::canonicalize(&root).expect("canonical");
+        (dir, MediaRoots::new(vec![canonical]))
+    }
+
+    #[test]
+    fn a_file_under_the_root_is_served() {
+        let (dir, roots) = setup();
+        let path = dir.path().join("music/album/a.mp3");
+        let file = roots.open(&path.display().to_string()).expect("open");
+        assert_eq!(file.metadata.len(), 3);
+        assert_eq!(roots.relative(&file), Some(Path::new("album/a.mp3")));
+    }
+
+    #[test]
+    fn dot_dot_is_refused_even_when_it_exists() {
+        let (dir, roots) = setup();
+        let path = format!("{}/music/../secret.txt", dir.path().display());
+        assert!(matches!(roots.open(&path), Err(MediaError::OutsideRoots)));
+        let inside = format!("{}/music/album/../album/a.mp3", dir.path().display());
+        assert!(matches!(roots.open(&inside), Err(MediaError::OutsideRoots)));
+    }
+
+    #[test]
+    fn a_symlink_out_of_the_root_is_refused() {
+        let (dir, roots) = setup();
+        let link = dir.path().join("music/album/escape.mp3");
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), &link).expect("symlink");
+        assert!(matches!(
+            roots.open(&link.display().to_string()),
+            Err(MediaError::OutsideRoots)
+        ));
+    }
+
+    #[test]
+    fn relative_empty_and_nul_paths_are_refused() {
+        let (_dir, roots) = setup();
+        for raw in ["", "album/a.mp3", "/srv/a\0b.mp3"] {
+            assert!(
+                matches!(roots.open(raw), Err(MediaError::NotAbsolute)),
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_directory_is_not_a_file_and_missing_is_missing() {
+        let (dir, roots) = setup();
+        let album = dir.path().join("music/album");
+        assert!(matches!(
+            roots.open(&album.display().to_string()),
+            Err(MediaError::NotAFile)
+        ));
+        let gone = dir.path().join("music/album/gone.mp3");
+        assert!(matches!(
+            roots.open(&gone.display().to_string()),
+            Err(MediaError::Missing)
+        ));
+        assert!(matches!(
+            roots.open("/etc/definitely-not-here.mp3"),
+            Err(MediaError::OutsideRoots)
+        ));
+    }
+}
