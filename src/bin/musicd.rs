@@ -1,6 +1,7 @@
 //! `musicd`: the streaming daemon. Parses arguments and hands over to the library.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -31,7 +32,17 @@ enum Command {
     CheckConfig,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("musicd: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut overrides = cli.overrides;
     if let Some(listen) = cli.listen {

@@ -254,6 +254,7 @@ impl Drop for LoggedBody {
     fn drop(&mut self) {
         if let Some(entry) = self.entry.take() {
             let complete = self.finished || http_body::Body::is_end_stream(&self.inner);
+            // `%` fields print without quotes, so the line stays grep- and awk-friendly.
             tracing::info!(
                 target: "musicd::access",
                 id = %entry.id,
@@ -261,8 +262,8 @@ impl Drop for LoggedBody {
                 path = %entry.path,
                 status = entry.status,
                 bytes = self.bytes,
-                latency_ms = entry.started.elapsed().as_secs_f64() * 1000.0,
-                cache = entry.cache.as_str(),
+                latency_ms = format_args!("{:.3}", entry.started.elapsed().as_secs_f64() * 1000.0),
+                cache = %entry.cache.as_str(),
                 complete,
             );
         }

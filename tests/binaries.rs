@@ -1,0 +1,288 @@
+//! The binaries as an operator runs them: `musicd run` with a config file (access log,
+//! graceful stop, config errors) and `musicctl import` / `resolve`.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TestEnv, bin, client, free_port, pattern};
+use mongodb::bson::{Bson, doc};
+use reqwest::StatusCode;
+
+/// A `musicd run` child process with its stderr captured to a file.
+struct Daemon {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+    base: String,
+}
+
+impl Daemon {
+    async fn start(env: &TestEnv) -> Daemon {
+        let port = free_port();
+        let log = env.dir.path().join("musicd.stderr");
+        let stderr = std::fs::File::create(&log).expect("log file");
+        let mut command = Command::new(bin("musicd"));
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(&env.config_file)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let child = common::spawn(command);
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = client().get(format!("{base}/healthz")).send().await
+                && r.status() == StatusCode::OK
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "musicd did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Daemon { child, log, base }
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) with a pid we spawned and still own; no memory is involved.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn log_text(&self) -> String {
+        let mut text = String::new();
+        std::fs::File::open(&self.log)
+            .and_then(|mut f| f.read_to_string(&mut text))
+            .expect("read log");
+        text
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
+    let env = TestEnv::new().await;
+    let big = pattern(24 * 1024 * 1024, 1);
+    let (id, _) = env.track("big.mp3", &big).await;
+    let mut daemon = Daemon::start(&env).await;
+    let url = format!("{}/musicdb/{}/big.mp3", daemon.base, id.to_hex());
+
+    let small = client()
+        .get(&url)
+        .header("range", "bytes=0-99")
+        .header("x-request-id", "req-abc-1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(small.status(), StatusCode::PARTIAL_CONTENT);
+    small.bytes().await.expect("body");
+    let again = client()
+        .get(&url)
+        .header("range", "bytes=0-9")
+        .send()
+        .await
+        .expect("GET");
+    again.bytes().await.expect("body");
+    let bad = client()
+        .get(format!("{}/musicdb/nope", daemon.base))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+
+    // A slow download in flight when SIGTERM arrives still completes.
+    let mut download = client().get(&url).send().await.expect("GET");
+    let mut received = download
+        .chunk()
+        .await
+        .expect("chunk")
+        .map_or(0, |c| c.len());
+    daemon.signal(libc::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stopped accepting: a new connection is refused while the old one drains.
+    let refused = reqwest::Client::new()
+        .get(format!("{}/healthz", daemon.base))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "new connections must be refused after SIGTERM"
+    );
+    while let Some(chunk) = download.chunk().await.expect("download continues") {
+        received += chunk.len();
+    }
+    assert_eq!(received, big.len());
+    let status = daemon
+        .wait(Duration::from_secs(10))
+        .expect("musicd exits after draining");
+    assert!(status.success(), "{status:?}");
+
+    let log = daemon.log_text();
+    let access: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("musicd::access"))
+        .collect();
+    assert!(access.len() >= 4, "one access line per request:\n{log}");
+    let first = access
+        .iter()
+        .find(|l| l.contains("req-abc-1"))
+        .expect("request id logged");
+    for field in [
+        "status=206",
+        "bytes=100",
+        "latency_ms=",
+        "cache=miss",
+        "method=GET",
+    ] {
+        assert!(first.contains(field), "{field} missing in {first}");
+    }
+    assert!(
+        access
+            .iter()
+            .any(|l| l.contains("cache=hit") && l.contains("bytes=10")),
+        "{log}"
+    );
+    assert!(access.iter().any(|l| l.contains("status=400")), "{log}");
+    assert!(log.contains("SIGTERM"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_config_stops_musicd_with_a_message_naming_the_key_and_the_file() {
+    let env = TestEnv::new().await;
+    let cases = [
+        ("listen = \"127.0.0.1:1\"\n[redis]\nttl = 5\n", "ttl"),
+        ("media_roots = [\"/no/such/music\"]\n", "media_roots"),
+        ("serve_mode = \"carrier-pigeon\"\n", "serve_mode"),
+        ("[mongodb]\nuri = \"http://x\"\n", "mongodb.uri"),
+        ("listen = [\n", "TOML"),
+    ];
+    for (text, expected) in cases {
+        let file = env.dir.path().join("bad.toml");
+        let roots = format!("media_roots = [\"{}\"]\n", env.media.display());
+        let text = if text.contains("media_roots") {
+            text.to_string()
+        } else {
+            format!("{roots}{text}")
+        };
+        std::fs::write(&file, &text).expect("write");
+        let output = Command::new(bin("musicd"))
+            .args(["run", "--config"])
+            .arg(&file)
+            .output()
+            .expect("run musicd");
+        assert!(!output.status.success(), "{text}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{text}: {stderr}");
+        assert!(stderr.contains("bad.toml"), "{text}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
+    let env = TestEnv::new().await;
+    env.write_file("Artist/One.mp3", b"one");
+    env.write_file("Artist/Two_Song.flac", b"two!");
+    env.write_file("Artist/cover.jpg", b"not audio");
+    env.write_file("Other/Three.m4a", b"three");
+
+    let import = || {
+        Command::new(bin("musicctl"))
+            .arg("--config")
+            .arg(&env.config_file)
+            .arg("import")
+            .arg(&env.media)
+            .output()
+            .expect("run musicctl")
+    };
+    let first = import();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.len() > 25 && l.as_bytes()[24] == b'\t')
+    );
+    assert!(!stdout.contains("cover.jpg"));
+
+    let second = import();
+    assert!(second.status.success());
+    assert!(second.stdout.is_empty(), "nothing new on the second run");
+    assert!(String::from_utf8_lossy(&second.stderr).contains("0 new, 3 already present"));
+    assert_eq!(env.tracks.count_documents(doc! {}).await.expect("count"), 3);
+
+    let two = env
+        .tracks
+        .find_one(doc! { "title": "Two Song" })
+        .await
+        .expect("query")
+        .expect("document with title from the file name");
+    assert_eq!(two.get("size"), Some(&Bson::Int64(4)));
+    assert!(matches!(two.get("mtime"), Some(Bson::DateTime(_))));
+    let id = two.get_object_id("_id").expect("id").to_hex();
+    assert!(stdout.contains(&id));
+
+    let resolve = |id: &str| {
+        Command::new(bin("musicctl"))
+            .arg("--config")
+            .arg(&env.config_file)
+            .args(["resolve", id, "--json"])
+            .output()
+            .expect("run musicctl")
+    };
+    let found = resolve(&id);
+    assert!(found.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&found.stdout).expect("json");
+    assert_eq!(report["database"], "found");
+    assert_eq!(report["servable"], true);
+    assert!(
+        report["file"]
+            .as_str()
+            .expect("file")
+            .ends_with("Artist/Two_Song.flac")
+    );
+
+    let missing = resolve("0123456789abcdef01234567");
+    assert_eq!(missing.status.code(), Some(1));
+    let invalid = resolve("nope");
+    assert_eq!(invalid.status.code(), Some(2));
+
+    // A directory outside the media roots is refused: musicd could never serve it.
+    let outside = Command::new(bin("musicctl"))
+        .arg("--config")
+        .arg(&env.config_file)
+        .arg("import")
+        .arg(env.dir.path())
+        .output()
+        .expect("run musicctl");
+    assert_eq!(outside.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&outside.stderr).contains("not under any media root"));
+}

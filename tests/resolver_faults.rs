@@ -1,0 +1,183 @@
+//! The resolver under faults: Redis or MongoDB killed mid-test, and concurrent misses.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, TestEnv, client, shared_mongo, shared_redis};
+use mongodb::bson::doc;
+use mongodb::bson::oid::ObjectId;
+use reqwest::StatusCode;
+
+async fn get(url: &str) -> (StatusCode, reqwest::header::HeaderMap, Vec<u8>) {
+    let response = client().get(url).send().await.expect("request sent");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("body").to_vec();
+    (status, headers, body)
+}
+
+async fn readyz(server: &common::Musicd) -> (StatusCode, serde_json::Value) {
+    let response = client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    let status = response.status();
+    (status, response.json().await.expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_test_degrades_to_mongodb_and_recovers() {
+    let mut redis = Server::redis();
+    let env = TestEnv::with(&redis.redis_url(), &shared_mongo().mongo_uri(), &[]).await;
+    let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
+    let (uncached, _) = env.track("uncached.mp3", b"uncached bytes").await;
+    let server = env.musicd().await;
+    assert_eq!(get(&server.track_url(&cached)).await.0, StatusCode::OK);
+    assert!(env.cached(&cached).await.is_some());
+
+    redis.kill();
+    for _ in 0..20 {
+        let (status, _, body) = get(&server.track_url(&cached)).await;
+        assert_eq!(
+            (status, body.as_slice()),
+            (StatusCode::OK, b"cached bytes".as_slice())
+        );
+    }
+    let (status, _, body) = get(&server.track_url(&uncached)).await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (StatusCode::OK, b"uncached bytes".as_slice())
+    );
+    let (status, unknown_body) = {
+        let (s, _, b) = get(&server.track_url(&ObjectId::new())).await;
+        (s, b)
+    };
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "{}",
+        String::from_utf8_lossy(&unknown_body)
+    );
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "degraded");
+    assert_eq!(body["redis"]["ok"], false);
+
+    // Back: the cache is used again without restarting musicd (the restarted Redis is empty,
+    // so the next request misses and writes the entry back).
+    redis.restart();
+    let mut rewritten = false;
+    for _ in 0..50 {
+        assert_eq!(get(&server.track_url(&uncached)).await.0, StatusCode::OK);
+        if env.cached(&uncached).await.is_some() {
+            rewritten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rewritten, "musicd never wrote to the restarted Redis");
+    assert_eq!(readyz(&server).await.1["status"], "ready");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mongodb_killed_mid_test_serves_cached_ids_and_503s_the_rest() {
+    let mut mongo = Server::mongo();
+    let env = TestEnv::with(&shared_redis().redis_url(), &mongo.mongo_uri(), &[]).await;
+    let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
+    let (uncached, _) = env.track("uncached.mp3", b"uncached bytes").await;
+    let server = env.musicd().await;
+    assert_eq!(get(&server.track_url(&cached)).await.0, StatusCode::OK);
+
+    // The documents were written a moment ago: make them durable, as catalogue entries long
+    // written would be, so that the restart below brings them back.
+    let admin = env.tracks.client().database("admin");
+    admin.run_command(doc! { "fsync": 1 }).await.expect("fsync");
+    mongo.kill();
+    let (status, _, body) = get(&server.track_url(&cached)).await;
+    assert_eq!(
+        (status, body.as_slice()),
+        (StatusCode::OK, b"cached bytes".as_slice())
+    );
+    let (status, headers, body) = get(&server.track_url(&uncached)).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        headers.get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("5")
+    );
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("json body");
+    assert_eq!(json["id"], uncached.to_hex());
+    assert!(
+        env.cached(&uncached).await.is_none(),
+        "a failure must not be cached"
+    );
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["mongodb"]["ok"], false);
+
+    mongo.restart();
+    let mut served = false;
+    for _ in 0..100 {
+        let (status, _, body) = get(&server.track_url(&uncached)).await;
+        if status == StatusCode::OK {
+            assert_eq!(body, b"uncached bytes");
+            served = true;
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "musicd did not reconnect to the restarted MongoDB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_for_one_id_cost_one_mongodb_query() {
+    let env = TestEnv::new().await;
+    let (id, _) = env.track("hot.mp3", b"hot").await;
+    let unknown = ObjectId::new();
+    let database = env.tracks.client().database(&env.config.mongodb.database);
+    database
+        .run_command(doc! { "profile": 2 })
+        .await
+        .expect("profiler on");
+    let server = env.musicd().await;
+    let http = client();
+    // Open the connections first so that the burst below really arrives at once.
+    let warm: Vec<_> = (0..50)
+        .map(|_| http.get(server.url("/healthz")).send())
+        .collect();
+    for r in futures_util::future::join_all(warm).await {
+        r.expect("warm-up");
+    }
+
+    for target in [id, unknown] {
+        let burst: Vec<_> = (0..50)
+            .map(|_| http.get(server.track_url(&target)).send())
+            .collect();
+        for response in futures_util::future::join_all(burst).await {
+            let response = response.expect("burst request");
+            assert!(matches!(
+                response.status(),
+                StatusCode::OK | StatusCode::NOT_FOUND
+            ));
+        }
+        let namespace = format!(
+            "{}.{}",
+            env.config.mongodb.database, env.config.mongodb.collection
+        );
+        let queries = database
+            .collection::<mongodb::bson::Document>("system.profile")
+            .count_documents(doc! { "ns": namespace, "op": "query", "command.filter._id": target })
+            .await
+            .expect("count profile");
+        assert_eq!(
+            queries, 1,
+            "50 concurrent misses for {target} should share one query"
+        );
+    }
+    database
+        .run_command(doc! { "profile": 0 })
+        .await
+        .expect("profiler off");
+}
