@@ -603,4 +603,58 @@ mod tests {
         let cfg = load_text("", &[("MUSICD_MEDIA_ROOTS", &value)], &[]).expect("valid");
         assert_eq!(cfg.media_roots.len(), 2);
     }
+
+    #[test]
+    fn the_sample_config_in_deploy_is_valid_and_sets_every_key() {
+        let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/musicd.toml");
+        let text = std::fs::read_to_string(&sample).expect("deploy/musicd.toml");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().display().to_string();
+        let cfg = Config::load(&Sources {
+            file: Some(sample),
+            env: vec![("MUSICD_MEDIA_ROOTS".into(), root)],
+            overrides: Vec::new(),
+        })
+        .expect("sample config is valid");
+        assert_eq!(cfg.listen.to_string(), "127.0.0.1:23001");
+        // Every key the loader knows appears in the sample, so the sample stays the reference.
+        let table: toml::Table = text.parse().expect("toml");
+        let mut keys: Vec<String> = table
+            .iter()
+            .flat_map(|(k, v)| match v.as_table() {
+                Some(t) => t.keys().map(|sub| format!("{k}.{sub}")).collect(),
+                None => vec![k.clone()],
+            })
+            .collect();
+        keys.sort();
+        toml::from_str::<RawConfig>(&text).expect("every key is known");
+        for (table_name, probe) in [
+            ("", "zz_probe = 1"),
+            ("mongodb.", "[mongodb]\nzz_probe = 1"),
+            ("redis.", "[redis]\nzz_probe = 1"),
+        ] {
+            for key in known_keys(probe) {
+                let key = format!("{table_name}{key}");
+                if key == "mongodb" || key == "redis" {
+                    continue;
+                }
+                assert!(keys.contains(&key), "deploy/musicd.toml lacks {key}");
+            }
+        }
+    }
+
+    /// The keys serde accepts, read from its "unknown field, expected one of" message.
+    fn known_keys(probe: &str) -> Vec<String> {
+        let err = toml::from_str::<RawConfig>(probe).expect_err("probe key is unknown");
+        let text = err.to_string();
+        let list = text.split("expected one of").nth(1).expect("list of keys");
+        list.split(',')
+            .map(|k| {
+                k.trim()
+                    .trim_matches(|c: char| c == '`' || c.is_whitespace())
+                    .to_string()
+            })
+            .filter(|k| !k.is_empty())
+            .collect()
+    }
 }

@@ -2,6 +2,7 @@
 //! [`crate::config`]; none of them reaches into the HTTP server.
 
 pub mod import;
+pub mod list;
 pub mod resolve;
 
 use std::sync::Arc;

@@ -29,6 +29,12 @@ enum Command {
         /// Directory under a media root.
         dir: PathBuf,
     },
+    /// List tracks (id, path), in id order.
+    List {
+        /// At most this many.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -70,6 +76,27 @@ fn run() -> anyhow::Result<ExitCode> {
                     report.inserted.len(),
                     report.already_present
                 );
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::List { limit } => {
+                use musicd::catalog::StoredPath;
+                use std::io::Write;
+                let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                let mut write_error = None;
+                admin::list::list(&backends, limit, |track| {
+                    let path = match track.path {
+                        StoredPath::Path(p) => p,
+                        StoredPath::Invalid(why) => format!("(invalid: {why})"),
+                    };
+                    if let Err(e) = writeln!(out, "{}\t{path}", track.id.to_hex()) {
+                        write_error.get_or_insert(e);
+                    }
+                })
+                .await?;
+                out.flush()?;
+                if let Some(e) = write_error {
+                    return Err(e.into());
+                }
                 Ok(ExitCode::SUCCESS)
             }
             Command::Resolve { id, json } => {

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite from nothing: installs what is missing, then format, lint and tests.
+# Integration tests start their own private redis-server and mongod on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+export MUSICD_TEST_MONGOD="${MUSICD_TEST_MONGOD:-$PWD/.tools/bin/mongod}"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --locked --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --locked --all-targets

@@ -1,0 +1,49 @@
+//! `musicctl list`: the tracks in the catalogue, streamed from a cursor.
+
+use futures_util::TryStreamExt;
+use mongodb::bson::doc;
+use mongodb::bson::oid::ObjectId;
+
+use super::{AdminError, Backends};
+use crate::catalog::mongo::{StoredPath, stored_path};
+
+/// One catalogue entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The id.
+    pub id: ObjectId,
+    /// The path field (or why it is unusable).
+    pub path: StoredPath,
+}
+
+/// Calls `each` for up to `limit` tracks in id order, without holding them all in memory.
+pub async fn list(
+    backends: &Backends,
+    limit: Option<u64>,
+    mut each: impl FnMut(Listed),
+) -> Result<u64, AdminError> {
+    let field = backends.store.path_field().to_string();
+    let mut find = backends
+        .store
+        .collection()
+        .find(doc! {})
+        .projection(doc! { &field: 1 })
+        .sort(doc! { "_id": 1 });
+    if let Some(limit) = limit {
+        find = find.limit(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+    let mut cursor = find.await?;
+    let mut count = 0;
+    while let Some(document) = cursor.try_next().await? {
+        // Documents whose _id is not an ObjectId cannot be requested by URL: skip them.
+        let Ok(id) = document.get_object_id("_id") else {
+            continue;
+        };
+        each(Listed {
+            id,
+            path: stored_path(&document, &field),
+        });
+        count += 1;
+    }
+    Ok(count)
+}
