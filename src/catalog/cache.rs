@@ -33,7 +33,8 @@ pub enum Cached {
     Unknown,
 }
 
-/// The id -> path cache in Redis.
+/// The id -> path cache in Redis; cheap to clone (the link is shared).
+#[derive(Clone)]
 pub struct TrackCache {
     link: Arc<RedisLink>,
     prefix: String,

@@ -10,11 +10,13 @@ pub mod cache;
 pub mod mongo;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, Shared};
 use mongodb::bson::oid::ObjectId;
-use tokio::sync::OnceCell;
 
 pub use cache::{Cached, TrackCache};
 pub use mongo::{StoredPath, TrackStore};
@@ -70,13 +72,23 @@ pub struct Resolution {
 }
 
 type LookupResult = Result<Option<StoredPath>, Arc<mongo::StoreError>>;
+type SharedLookup = Shared<BoxFuture<'static, LookupResult>>;
+
+/// How long a finished MongoDB answer stays shareable. A request whose Redis GET was
+/// answered just before the write-back landed still finds the answer here instead of
+/// querying MongoDB again; this short it cannot serve anything meaningfully stale.
+const LINGER: Duration = Duration::from_millis(100);
+
+/// MongoDB lookups under way (or just finished, see [`LINGER`]), by id. The generation
+/// tells an entry from a later one for the same id when retiring it.
+type Inflight = Arc<Mutex<HashMap<ObjectId, (u64, SharedLookup)>>>;
 
 /// Read-through resolver shared by all requests.
 pub struct Resolver {
     cache: TrackCache,
     store: TrackStore,
-    /// MongoDB lookups under way, by id, so that concurrent misses share one.
-    inflight: Mutex<HashMap<ObjectId, Arc<OnceCell<LookupResult>>>>,
+    inflight: Inflight,
+    generation: AtomicU64,
 }
 
 impl Resolver {
@@ -85,7 +97,8 @@ impl Resolver {
         Resolver {
             cache,
             store,
-            inflight: Mutex::new(HashMap::new()),
+            inflight: Arc::new(Mutex::new(HashMap::new())),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -124,46 +137,81 @@ impl Resolver {
     }
 
     /// Asks MongoDB, sharing the query with concurrent callers for the same id.
+    ///
+    /// The query and its write-back run in their own task, so a client that goes away
+    /// mid-lookup neither cancels it for the other waiters nor leaves an entry behind:
+    /// the task retires its own entry when done.
     async fn lookup(
         &self,
         id: &ObjectId,
         write_back: bool,
     ) -> Result<Option<StoredPath>, ResolveError> {
-        let cell = {
+        let shared = {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            inflight.entry(*id).or_default().clone()
-        };
-        // If the caller running the query is cancelled (client went away), tokio's OnceCell
-        // lets the next waiter run it instead, so no waiter is left hanging.
-        let result = cell
-            .get_or_init(|| async {
-                let result = self.store.find_path(id).await.map_err(Arc::new);
-                if write_back {
-                    self.write_back(id, &result).await;
+            match inflight.get(id) {
+                Some((_, shared)) => shared.clone(),
+                None => {
+                    let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+                    let task = tokio::spawn(query_task(
+                        *id,
+                        generation,
+                        self.store.clone(),
+                        write_back.then(|| self.cache.clone()),
+                        Arc::clone(&self.inflight),
+                    ));
+                    let shared = async move {
+                        task.await.unwrap_or_else(|join| {
+                            Err(Arc::new(mongo::StoreError::Task(join.to_string())))
+                        })
+                    }
+                    .boxed()
+                    .shared();
+                    inflight.insert(*id, (generation, shared.clone()));
+                    shared
                 }
-                result
-            })
-            .await
-            .clone();
-        {
-            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            if inflight.get(id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                inflight.remove(id);
             }
-        }
-        result.map_err(ResolveError::StoreUnavailable)
-    }
-
-    async fn write_back(&self, id: &ObjectId, result: &LookupResult) {
-        let written = match result {
-            Ok(Some(StoredPath::Path(path))) => self.cache.put_path(id, path).await,
-            Ok(None) => self.cache.put_absent(id).await,
-            // Invalid documents and errors are not cached: fixing the document or MongoDB
-            // must take effect at once.
-            Ok(Some(StoredPath::Invalid(_))) | Err(_) => Ok(()),
         };
-        if let Err(err) = written {
-            tracing::debug!(%id, error = %err, "cache write-back failed");
+        shared.await.map_err(ResolveError::StoreUnavailable)
+    }
+}
+
+/// One MongoDB lookup with its write-back; retires its in-flight entry afterwards.
+async fn query_task(
+    id: ObjectId,
+    generation: u64,
+    store: TrackStore,
+    cache: Option<TrackCache>,
+    inflight: Inflight,
+) -> LookupResult {
+    let result = store.find_path(&id).await.map_err(Arc::new);
+    if let Some(cache) = &cache {
+        write_back(cache, &id, &result).await;
+    }
+    // Errors are retired at once so that a recovered MongoDB is asked again immediately.
+    let linger = if result.is_ok() {
+        LINGER
+    } else {
+        Duration::ZERO
+    };
+    tokio::spawn(async move {
+        tokio::time::sleep(linger).await;
+        let mut inflight = inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if inflight.get(&id).is_some_and(|(g, _)| *g == generation) {
+            inflight.remove(&id);
         }
+    });
+    result
+}
+
+async fn write_back(cache: &TrackCache, id: &ObjectId, result: &LookupResult) {
+    let written = match result {
+        Ok(Some(StoredPath::Path(path))) => cache.put_path(id, path).await,
+        Ok(None) => cache.put_absent(id).await,
+        // Invalid documents and errors are not cached: fixing the document or MongoDB
+        // must take effect at once.
+        Ok(Some(StoredPath::Invalid(_))) | Err(_) => Ok(()),
+    };
+    if let Err(err) = written {
+        tracing::debug!(%id, error = %err, "cache write-back failed");
     }
 }

@@ -23,6 +23,9 @@ pub enum StoreError {
     /// No server answered, or the query failed.
     #[error("mongodb: {0}")]
     Query(#[from] mongodb::error::Error),
+    /// The task running the query died.
+    #[error("lookup task failed: {0}")]
+    Task(String),
 }
 
 /// What a document says about its file.
