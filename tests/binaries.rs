@@ -250,6 +250,17 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     let id = two.get_object_id("_id").expect("id").to_hex();
     assert!(stdout.contains(&id));
 
+    let list = Command::new(bin("musicctl"))
+        .arg("--config")
+        .arg(&env.config_file)
+        .arg("list")
+        .output()
+        .expect("run musicctl");
+    assert!(list.status.success());
+    let listed = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    assert!(listed.contains(&format!("{id}\t{}", env.media.join("Artist/Two_Song.flac").display())));
+
     let resolve = |id: &str| {
         Command::new(bin("musicctl"))
             .arg("--config")
