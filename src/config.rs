@@ -90,14 +90,36 @@ pub struct Config {
     pub max_ranges: usize,
     /// Location prefix nginx maps to the media roots in x-accel-redirect mode.
     pub accel_location: String,
-    /// How long in-flight responses may finish after a stop signal.
-    pub shutdown_grace: Duration,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `musicd=debug`.
     pub log_level: String,
     /// MongoDB settings.
     pub mongodb: MongoConfig,
     /// Redis settings.
     pub redis: RedisConfig,
+    /// Process supervision settings (`musicd start`).
+    pub daemon: DaemonConfig,
+}
+
+/// How `musicd start` supervises the server.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Locked pid file of the supervisor.
+    pub pid_file: PathBuf,
+    /// Log file of the supervisor and its workers.
+    pub log_file: PathBuf,
+    /// Directory of the state file (for `status`) and the workers' notify sockets.
+    pub state_dir: PathBuf,
+    /// A worker that stayed up this long resets the backoff.
+    pub min_uptime: Duration,
+    /// Cap of the restart backoff (which starts at 100 ms and doubles).
+    pub backoff_max: Duration,
+    /// More crashes than this within `restart_window` make the supervisor give up.
+    pub max_restarts: u32,
+    /// See `max_restarts`.
+    pub restart_window: Duration,
+    /// How long a stopping worker may finish in-flight responses; also the grace of
+    /// `musicd run` after SIGTERM.
+    pub stop_timeout: Duration,
 }
 
 /// The MongoDB catalogue.
@@ -143,12 +165,26 @@ struct RawConfig {
     cache_control: Option<String>,
     max_ranges: Option<usize>,
     accel_location: Option<String>,
-    shutdown_grace_secs: Option<u64>,
     log_level: Option<String>,
     #[serde(default)]
     mongodb: RawMongo,
     #[serde(default)]
     redis: RawRedis,
+    #[serde(default)]
+    daemon: RawDaemon,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    pid_file: Option<PathBuf>,
+    log_file: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    min_uptime_secs: Option<u64>,
+    backoff_max_secs: Option<u64>,
+    max_restarts: Option<u32>,
+    restart_window_secs: Option<u64>,
+    stop_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -399,6 +435,38 @@ impl RawConfig {
             timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(250).max(1)),
         };
 
+        let daemon = self.daemon;
+        let mut paths = Vec::new();
+        for (key, value, default) in [
+            ("daemon.pid_file", daemon.pid_file, "/run/musicd/musicd.pid"),
+            ("daemon.log_file", daemon.log_file, "/var/log/musicd/musicd.log"),
+            ("daemon.state_dir", daemon.state_dir, "/var/lib/musicd"),
+        ] {
+            let path = value.unwrap_or_else(|| PathBuf::from(default));
+            // The supervisor runs from `/`, so relative paths would move under it.
+            if !path.is_absolute() {
+                return Err(err_at(key, format!("{} is not an absolute path", path.display())));
+            }
+            paths.push(path);
+        }
+        let [pid_file, log_file, state_dir]: [PathBuf; 3] = paths
+            .try_into()
+            .map_err(|_| err_at("daemon", "internal: path count".into()))?;
+        let backoff_max = Duration::from_secs(daemon.backoff_max_secs.unwrap_or(30));
+        if backoff_max < Duration::from_millis(100) {
+            return Err(err_at("daemon.backoff_max_secs", "must be at least 1".into()));
+        }
+        let daemon = DaemonConfig {
+            pid_file,
+            log_file,
+            state_dir,
+            min_uptime: Duration::from_secs(daemon.min_uptime_secs.unwrap_or(10)),
+            backoff_max,
+            max_restarts: daemon.max_restarts.unwrap_or(10),
+            restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
+            stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
+        };
+
         Ok(Config {
             source: file,
             listen,
@@ -410,10 +478,10 @@ impl RawConfig {
                 .unwrap_or_else(|| "public, max-age=86400".into()),
             max_ranges,
             accel_location,
-            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs.unwrap_or(30)),
             log_level: self.log_level.unwrap_or_else(|| "info".into()),
             mongodb,
             redis,
+            daemon,
         })
     }
 }
@@ -632,10 +700,11 @@ mod tests {
             ("", "zz_probe = 1"),
             ("mongodb.", "[mongodb]\nzz_probe = 1"),
             ("redis.", "[redis]\nzz_probe = 1"),
+            ("daemon.", "[daemon]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
-                if key == "mongodb" || key == "redis" {
+                if matches!(key.as_str(), "mongodb" | "redis" | "daemon") {
                     continue;
                 }
                 assert!(keys.contains(&key), "deploy/musicd.toml lacks {key}");

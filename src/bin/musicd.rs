@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use musicd::config::{Config, Sources};
+use musicd::daemon::control::{self, Started, Stopped};
+use musicd::daemon::{self, RunOptions};
 
 /// Serve a music catalogue over HTTP by MongoDB ObjectId, cached in Redis.
 #[derive(Parser)]
@@ -26,35 +27,92 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve in the foreground (systemd, containers, development).
-    Run,
+    /// Serve in the foreground (systemd Type=notify, containers, development).
+    Run {
+        /// Append logs to this file and reopen it on SIGUSR1.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+        /// Started by the supervisor (informational; the socket comes through LISTEN_FDS).
+        #[arg(long, hide = true)]
+        supervised: bool,
+    },
+    /// Start in the background under a supervisor that restarts crashed workers.
+    Start,
+    /// Stop gracefully (in-flight responses finish up to daemon.stop_timeout_secs).
+    Stop,
+    /// Replace the worker without refusing a connection (re-reads the config); starts
+    /// musicd if it is not running.
+    Restart,
+    /// Report supervisor, worker, restarts and /readyz. Exit 0 running, 3 not running.
+    Status,
     /// Check the configuration and print it.
     CheckConfig,
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("musicd: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut overrides = cli.overrides;
     if let Some(listen) = cli.listen {
         overrides.push(format!("listen=\"{listen}\""));
     }
-    let config = Config::load(&Sources::from_process(cli.config, overrides))?;
-    match cli.command {
-        Command::Run => {
-            musicd::daemon::init_logging(&config.log_level);
-            musicd::daemon::run(config).context("musicd run")?;
+    let sources = Sources::from_process(cli.config, overrides);
+    let config = match Config::load(&sources) {
+        Ok(config) => config,
+        Err(err) => {
+            if matches!(cli.command, Command::Run { .. }) {
+                // Under a supervisor or systemd this is how `status` learns why.
+                daemon::notify::status(&format!("fatal: {err}"));
+            }
+            return fail(&err);
         }
-        Command::CheckConfig => println!("{config:#?}"),
+    };
+    match cli.command {
+        Command::Run { log_file, .. } => match daemon::run(config, RunOptions { log_file }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => fail(&err),
+        },
+        Command::Start => match control::start(config, sources) {
+            Ok(Started::Ready { pid }) => {
+                println!("musicd started (supervisor pid {pid})");
+                ExitCode::SUCCESS
+            }
+            Ok(Started::NotReadyYet) => {
+                println!("musicd started, but its worker is not ready yet: see `musicd status`");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        },
+        Command::Stop => match control::stop(&config) {
+            Ok(Stopped::Stopped(pid)) => {
+                println!("musicd stopped (supervisor pid {pid})");
+                ExitCode::SUCCESS
+            }
+            Ok(Stopped::NotRunning) => {
+                println!("musicd is not running");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        },
+        Command::Restart => match control::restart(config, sources) {
+            Ok(message) => {
+                println!("musicd {message}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => fail(&err),
+        },
+        Command::Status => {
+            let status = control::status(&config);
+            print!("{}", status.render());
+            ExitCode::from(status.exit_code())
+        }
+        Command::CheckConfig => {
+            println!("{config:#?}");
+            ExitCode::SUCCESS
+        }
     }
-    Ok(())
+}
+
+fn fail(err: &dyn std::error::Error) -> ExitCode {
+    eprintln!("musicd: {err}");
+    ExitCode::FAILURE
 }

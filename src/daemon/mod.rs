@@ -1,9 +1,26 @@
-//! Running the server as a process: logging, the runtime, the listener, and signals.
+//! Process lifecycle: the worker (`musicd run`), the supervisor (`musicd start`) and the
+//! commands that control it.
 //!
-//! [`run`] is `musicd run`: it builds the tokio runtime itself (rather than `#[tokio::main]`)
-//! so that a supervisor can fork before any runtime thread exists.
+//! * [`run`] serves in the foreground. It takes its listening socket from the
+//!   `LISTEN_FDS` convention when one is passed (systemd socket activation, or the
+//!   supervisor), reports readiness with `sd_notify`, and drains on SIGTERM/SIGINT.
+//! * [`supervisor`] keeps a worker running forever-style; [`control`] is `start`, `stop`,
+//!   `restart` and `status`; [`state`] the pid and state files they share; [`notify`] the
+//!   sd_notify protocol; [`sys`] the raw system calls.
+//!
+//! The runtime is built by hand (not `#[tokio::main]`) so `start` can fork before any
+//! thread exists.
+
+pub mod control;
+pub mod notify;
+pub mod state;
+pub mod supervisor;
+pub mod sys;
 
 use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, RawFd};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
@@ -24,12 +41,30 @@ pub enum DaemonError {
         /// Why.
         source: std::io::Error,
     },
+    /// The inherited socket is unusable.
+    #[error("inherited socket (LISTEN_FDS): {0}")]
+    Inherited(#[source] std::io::Error),
+    /// The log file could not be opened.
+    #[error("log file {path}: {source}")]
+    LogFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The server could not be built or failed.
     #[error(transparent)]
     Server(#[from] http::ServerError),
 }
 
-/// Sets up `tracing` output: `RUST_LOG` if set, else the configured level.
+/// Options of `musicd run`.
+#[derive(Debug, Default, Clone)]
+pub struct RunOptions {
+    /// Send stdout/stderr to this file (append) and reopen it on SIGUSR1.
+    pub log_file: Option<PathBuf>,
+}
+
+/// Sets up `tracing` output on stderr: `RUST_LOG` if set, else the configured level.
 pub fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
@@ -42,33 +77,170 @@ pub fn init_logging(level: &str) {
         .try_init();
 }
 
+fn open_log(path: &PathBuf) -> Result<std::fs::File, DaemonError> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|source| DaemonError::LogFile {
+            path: path.clone(),
+            source,
+        })
+}
+
+/// The socket passed by systemd or the supervisor, if any (`LISTEN_FDS=1`, fd 3).
+///
+/// systemd also sets `LISTEN_PID` to the receiving process; when it is present it must be
+/// ours. The supervisor leaves it out: Rust's `Command` fixes the child's environment
+/// before fork, so the child's own pid cannot be put there, and the variables are only
+/// ever set for the worker it execs.
+fn inherited_listener() -> Result<Option<std::net::TcpListener>, DaemonError> {
+    let count = std::env::var("LISTEN_FDS").ok();
+    let target = std::env::var("LISTEN_PID").ok();
+    // SAFETY: called from `run` before the runtime (or any other thread) exists, which is
+    // what remove_var requires. Removing them keeps them from leaking to any child.
+    unsafe {
+        std::env::remove_var("LISTEN_FDS");
+        std::env::remove_var("LISTEN_PID");
+        std::env::remove_var("LISTEN_FDNAMES");
+    }
+    let Some(count) = count else {
+        return Ok(None);
+    };
+    if target.is_some_and(|pid| pid.trim() != std::process::id().to_string()) {
+        return Ok(None);
+    }
+    let count: u32 = count.trim().parse().map_err(|_| {
+        DaemonError::Inherited(std::io::Error::other(format!("LISTEN_FDS={count} is not a number")))
+    })?;
+    if count == 0 {
+        return Ok(None);
+    }
+    const LISTEN_FDS_START: RawFd = 3;
+    // SAFETY: LISTEN_FDS says fd 3 is a listening socket handed to this process alone; we
+    // take ownership of it exactly once, and mark it close-on-exec as sd_listen_fds does.
+    let listener = unsafe {
+        let flags = libc::fcntl(LISTEN_FDS_START, libc::F_GETFD);
+        if flags < 0 {
+            return Err(DaemonError::Inherited(std::io::Error::last_os_error()));
+        }
+        libc::fcntl(LISTEN_FDS_START, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        std::net::TcpListener::from_raw_fd(LISTEN_FDS_START)
+    };
+    listener.local_addr().map_err(DaemonError::Inherited)?;
+    Ok(Some(listener))
+}
+
 /// Serves in the foreground until SIGTERM or SIGINT.
-pub fn run(config: Config) -> Result<(), DaemonError> {
+pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
+    if let Some(path) = &options.log_file {
+        let file = open_log(path)?;
+        sys::redirect_output(&file).map_err(|source| DaemonError::LogFile {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    init_logging(&config.log_level);
+    let inherited = inherited_listener()?;
+    // SAFETY: as above, no other thread exists yet.
+    let watchdog = unsafe { sd_notify::watchdog_enabled_and_unset_env() };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("musicd-worker")
         .build()
         .map_err(DaemonError::Runtime)?;
-    runtime.block_on(async move {
-        let listener = TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| DaemonError::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let state = AppState::new(&config).await?;
-        let app = http::router(state, &config.route_prefixes);
-        tracing::info!(listen = %config.listen, roots = ?config.media_roots, mode = ?config.serve_mode, "musicd serving");
-        let options = ServeOptions {
-            grace: config.shutdown_grace,
-            ..ServeOptions::default()
-        };
-        http::serve(listener, app, stop_signal(), options)
-            .await
-            .map_err(|e| DaemonError::Server(e.into()))?;
-        tracing::info!("musicd stopped");
-        Ok(())
-    })
+    let result = runtime.block_on(serve_until_stopped(config, options, inherited, watchdog));
+    if let Err(err) = &result {
+        // Tell the supervisor (or systemd) why, so `musicd status` can show it.
+        notify::status(&format!("fatal: {err}"));
+    }
+    result
+}
+
+async fn serve_until_stopped(
+    config: Config,
+    options: RunOptions,
+    inherited: Option<std::net::TcpListener>,
+    watchdog: Option<Duration>,
+) -> Result<(), DaemonError> {
+    let std_listener = match inherited {
+        Some(listener) => listener,
+        None => std::net::TcpListener::bind(config.listen).map_err(|source| DaemonError::Bind {
+            addr: config.listen,
+            source,
+        })?,
+    };
+    std_listener
+        .set_nonblocking(true)
+        .map_err(DaemonError::Inherited)?;
+    let local = std_listener.local_addr().map_err(DaemonError::Inherited)?;
+    let listener = TcpListener::from_std(std_listener).map_err(DaemonError::Inherited)?;
+    let state = AppState::new(&config).await?;
+
+    let readiness = http::ops::readiness(&state).await;
+    let status = format!(
+        "serving on {local}: {} (redis {}, mongodb {})",
+        readiness.status(),
+        if readiness.redis.is_ok() { "up" } else { "down" },
+        if readiness.mongodb.is_ok() { "up" } else { "down" },
+    );
+    tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
+    let app = http::router(state, &config.route_prefixes);
+    // Ready means "accepting": the socket is listening and the router is built. Backends
+    // that are down do not hold this back, since cached ids and Redis-less serving work.
+    notify::ready(&status);
+    if let Some(interval) = watchdog {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval / 2);
+            loop {
+                tick.tick().await;
+                notify::watchdog();
+            }
+        });
+    }
+    tokio::spawn(other_signals(options.log_file.clone()));
+    let options = ServeOptions {
+        grace: config.daemon.stop_timeout,
+        ..ServeOptions::default()
+    };
+    let stop = async {
+        stop_signal().await;
+        notify::stopping();
+    };
+    http::serve(listener, app, stop, options)
+        .await
+        .map_err(|e| DaemonError::Server(e.into()))?;
+    tracing::info!("musicd stopped");
+    Ok(())
+}
+
+/// SIGUSR1 reopens the log file; SIGHUP is logged (reloads are the supervisor's job; the
+/// default action of SIGHUP would kill the process).
+async fn other_signals(log_file: Option<PathBuf>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut usr1), Ok(mut hup)) = (
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot install SIGUSR1/SIGHUP handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = usr1.recv() => {
+                if let Some(path) = &log_file {
+                    match open_log(path) {
+                        Ok(file) => match sys::redirect_output(&file) {
+                            Ok(()) => tracing::info!("SIGUSR1: log file reopened"),
+                            Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
+                        },
+                        Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
+                    }
+                }
+            }
+            _ = hup.recv() => tracing::info!("SIGHUP ignored by the worker: use `musicd restart` (or systemctl restart)"),
+        }
+    }
 }
 
 /// Completes on the first SIGTERM or SIGINT.

@@ -26,42 +26,62 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
+/// Whether the backends answer.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    /// Redis round trip, or why it failed.
+    pub redis: Result<Duration, String>,
+    /// MongoDB round trip, or why it failed.
+    pub mongodb: Result<Duration, String>,
+}
+
+impl Readiness {
+    /// `ready`, `degraded` (Redis down) or `unavailable` (MongoDB down).
+    pub fn status(&self) -> &'static str {
+        match (self.mongodb.is_ok(), self.redis.is_ok()) {
+            (true, true) => "ready",
+            (true, false) => "degraded",
+            (false, _) => "unavailable",
+        }
+    }
+
+    /// The JSON body of `/readyz`.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({
+            "status": self.status(),
+            "redis": check(&self.redis),
+            "mongodb": check(&self.mongodb),
+        })
+    }
+}
+
+/// Pings Redis and MongoDB (each bounded by its configured timeout).
+pub async fn readiness(state: &AppState) -> Readiness {
+    let redis = state.resolver.cache().link().run(|mut conn| async move {
+        let started = std::time::Instant::now();
+        redis::cmd("PING").query_async::<()>(&mut conn).await?;
+        Ok(started.elapsed())
+    });
+    let mongodb = state.resolver.store().ping();
+    let (redis, mongodb) = tokio::join!(redis, mongodb);
+    Readiness {
+        redis: redis.map_err(|e| e.to_string()),
+        mongodb: mongodb.map_err(|e| e.to_string()),
+    }
+}
+
 /// `GET /readyz`.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let cache = state.resolver.cache();
-    let redis = cache
-        .link()
-        .run(|mut conn| async move {
-            let started = std::time::Instant::now();
-            redis::cmd("PING").query_async::<()>(&mut conn).await?;
-            Ok(started.elapsed())
-        })
-        .await;
-    let mongo = state.resolver.store().ping().await;
-    let redis_ok = redis.is_ok();
-    let mongo_ok = mongo.is_ok();
-    let status = match (mongo_ok, redis_ok) {
-        (true, true) => "ready",
-        (true, false) => "degraded",
-        (false, _) => "unavailable",
-    };
-    let code = if mongo_ok {
+    let readiness = readiness(&state).await;
+    let code = if readiness.mongodb.is_ok() {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
-        code,
-        Json(json!({
-            "status": status,
-            "redis": check(redis.map_err(|e| e.to_string())),
-            "mongodb": check(mongo.map_err(|e| e.to_string())),
-        })),
-    )
-        .into_response()
+    (code, Json(readiness.to_json())).into_response()
 }
 
-fn check(result: Result<Duration, String>) -> serde_json::Value {
+fn check(result: &Result<Duration, String>) -> serde_json::Value {
     match result {
         Ok(latency) => json!({ "ok": true, "latency_ms": latency.as_secs_f64() * 1000.0 }),
         Err(error) => json!({ "ok": false, "error": error }),

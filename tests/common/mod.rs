@@ -389,8 +389,11 @@ impl TestEnv {
         let text = format!(
             "listen = \"127.0.0.1:0\"\nmedia_roots = [\"{media}\"]\n\
              [mongodb]\nuri = \"{mongo_uri}\"\ndatabase = \"musicd_t{unique}\"\ntimeout_ms = 1000\n\n\
-             [redis]\nurl = \"{redis_url}\"\nprefix = \"track_t{unique}_\"\n",
+             [redis]\nurl = \"{redis_url}\"\nprefix = \"track_t{unique}_\"\n\n\
+             [daemon]\npid_file = \"{dir}/run/musicd.pid\"\nlog_file = \"{dir}/log/musicd.log\"\n\
+             state_dir = \"{dir}/state\"\n",
             media = media.display(),
+            dir = dir.path().display(),
         );
         let config_file = dir.path().join("musicd.toml");
         std::fs::write(&config_file, text).expect("write config");
