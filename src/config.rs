@@ -236,6 +236,17 @@ impl Sources {
 impl Config {
     /// Loads, merges and validates the configuration.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
+        Config::load_with(sources, true)
+    }
+
+    /// Like [`Config::load`], but media roots that do not exist (now) are kept as written
+    /// instead of failing: `musicd stop` and `status` must work while a media volume is
+    /// missing, which is exactly when an operator needs them.
+    pub fn load_for_control(sources: &Sources) -> Result<Config, ConfigError> {
+        Config::load_with(sources, false)
+    }
+
+    fn load_with(sources: &Sources, check_roots: bool) -> Result<Config, ConfigError> {
         let (file, mut table) = read_file(sources.file.as_deref())?;
         let file_name = file
             .as_ref()
@@ -293,7 +304,7 @@ impl Config {
             key: key.to_string(),
             message,
         };
-        raw.validate(file, &err_at)
+        raw.validate(file, &err_at, check_roots)
     }
 
     /// The configuration a test or the quickstart gets when nothing is set: defaults only.
@@ -302,11 +313,15 @@ impl Config {
             media_roots: Some(media_roots),
             ..RawConfig::default()
         };
-        raw.validate(None, &|key, message| ConfigError::Key {
-            source_name: "(built-in defaults)".into(),
-            key: key.into(),
-            message,
-        })
+        raw.validate(
+            None,
+            &|key, message| ConfigError::Key {
+                source_name: "(built-in defaults)".into(),
+                key: key.into(),
+                message,
+            },
+            true,
+        )
     }
 }
 
@@ -315,6 +330,7 @@ impl RawConfig {
         self,
         file: Option<PathBuf>,
         err_at: &dyn Fn(&str, String) -> ConfigError,
+        check_roots: bool,
     ) -> Result<Config, ConfigError> {
         let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:23001".into());
         let listen: SocketAddr = listen_text
@@ -338,9 +354,12 @@ impl RawConfig {
                     format!("{} is not an absolute path", root.display()),
                 ));
             }
-            let canonical = std::fs::canonicalize(&root)
-                .map_err(|e| err_at("media_roots", format!("{}: {e}", root.display())))?;
-            if !canonical.is_dir() {
+            let canonical = match std::fs::canonicalize(&root) {
+                Ok(canonical) => canonical,
+                Err(_) if !check_roots => root.clone(),
+                Err(e) => return Err(err_at("media_roots", format!("{}: {e}", root.display()))),
+            };
+            if check_roots && !canonical.is_dir() {
                 return Err(err_at(
                     "media_roots",
                     format!("{} is not a directory", root.display()),
@@ -439,13 +458,20 @@ impl RawConfig {
         let mut paths = Vec::new();
         for (key, value, default) in [
             ("daemon.pid_file", daemon.pid_file, "/run/musicd/musicd.pid"),
-            ("daemon.log_file", daemon.log_file, "/var/log/musicd/musicd.log"),
+            (
+                "daemon.log_file",
+                daemon.log_file,
+                "/var/log/musicd/musicd.log",
+            ),
             ("daemon.state_dir", daemon.state_dir, "/var/lib/musicd"),
         ] {
             let path = value.unwrap_or_else(|| PathBuf::from(default));
             // The supervisor runs from `/`, so relative paths would move under it.
             if !path.is_absolute() {
-                return Err(err_at(key, format!("{} is not an absolute path", path.display())));
+                return Err(err_at(
+                    key,
+                    format!("{} is not an absolute path", path.display()),
+                ));
             }
             paths.push(path);
         }
@@ -454,7 +480,10 @@ impl RawConfig {
             .map_err(|_| err_at("daemon", "internal: path count".into()))?;
         let backoff_max = Duration::from_secs(daemon.backoff_max_secs.unwrap_or(30));
         if backoff_max < Duration::from_millis(100) {
-            return Err(err_at("daemon.backoff_max_secs", "must be at least 1".into()));
+            return Err(err_at(
+                "daemon.backoff_max_secs",
+                "must be at least 1".into(),
+            ));
         }
         let daemon = DaemonConfig {
             pid_file,

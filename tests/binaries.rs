@@ -259,7 +259,10 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     assert!(list.status.success());
     let listed = String::from_utf8_lossy(&list.stdout);
     assert_eq!(listed.lines().count(), 3, "{listed}");
-    assert!(listed.contains(&format!("{id}\t{}", env.media.join("Artist/Two_Song.flac").display())));
+    assert!(listed.contains(&format!(
+        "{id}\t{}",
+        env.media.join("Artist/Two_Song.flac").display()
+    )));
 
     let resolve = |id: &str| {
         Command::new(bin("musicctl"))

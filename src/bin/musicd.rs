@@ -56,7 +56,11 @@ fn main() -> ExitCode {
         overrides.push(format!("listen=\"{listen}\""));
     }
     let sources = Sources::from_process(cli.config, overrides);
-    let config = match Config::load(&sources) {
+    let loaded = match cli.command {
+        Command::Stop | Command::Status => Config::load_for_control(&sources),
+        _ => Config::load(&sources),
+    };
+    let config = match loaded {
         Ok(config) => config,
         Err(err) => {
             if matches!(cli.command, Command::Run { .. }) {

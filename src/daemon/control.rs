@@ -23,7 +23,9 @@ pub const START_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// `start` while a supervisor runs.
-    #[error("musicd is already running (supervisor pid {0}); use `musicd restart` or `musicd stop`")]
+    #[error(
+        "musicd is already running (supervisor pid {0}); use `musicd restart` or `musicd stop`"
+    )]
     AlreadyRunning(i32),
     /// A directory or file could not be prepared.
     #[error("{path}: {source}")]
@@ -157,7 +159,9 @@ fn wait_for_report(reader: std::io::PipeReader, pid_file: &Path) -> Result<Start
             continue;
         }
         let mut line = String::new();
-        let n = reader.read_line(&mut line).map_err(io_err(Path::new("pipe")))?;
+        let n = reader
+            .read_line(&mut line)
+            .map_err(io_err(Path::new("pipe")))?;
         if n == 0 {
             return Err(ControlError::StartFailed(format!(
                 "the supervisor exited during start-up; pid file {}",
@@ -210,7 +214,9 @@ pub fn stop(config: &Config) -> Result<Stopped, ControlError> {
 pub fn restart(config: Config, sources: Sources) -> Result<String, ControlError> {
     let PidFileStatus::Running(pid) = pid_file_status(&config.daemon.pid_file) else {
         return match start(config, sources)? {
-            Started::Ready { pid } => Ok(format!("musicd was not running; started (supervisor pid {pid})")),
+            Started::Ready { pid } => Ok(format!(
+                "musicd was not running; started (supervisor pid {pid})"
+            )),
             Started::NotReadyYet => Ok("musicd was not running; started, not ready yet".into()),
         };
     };
@@ -228,7 +234,9 @@ pub fn restart(config: Config, sources: Sources) -> Result<String, ControlError>
                 Ok(format!(
                     "restarted: {} (worker pid {})",
                     outcome.message,
-                    state.worker_pid.map_or_else(|| "-".into(), |p| p.to_string())
+                    state
+                        .worker_pid
+                        .map_or_else(|| "-".into(), |p| p.to_string())
                 ))
             } else {
                 Err(ControlError::RestartFailed(format!(
@@ -242,7 +250,9 @@ pub fn restart(config: Config, sources: Sources) -> Result<String, ControlError>
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(ControlError::RestartFailed("no answer from the supervisor".into()))
+    Err(ControlError::RestartFailed(
+        "no answer from the supervisor".into(),
+    ))
 }
 
 /// What `status` found.
@@ -290,7 +300,10 @@ impl Status {
                 )),
                 _ => out.push_str("worker:       none\n"),
             }
-            out.push_str(&format!("restarts:     {} after crashes, {} on request\n", state.restarts, state.replacements));
+            out.push_str(&format!(
+                "restarts:     {} after crashes, {} on request\n",
+                state.restarts, state.replacements
+            ));
             if let Some(exit) = &state.last_exit {
                 out.push_str(&format!("last exit:    {exit}\n"));
             }

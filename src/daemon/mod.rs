@@ -111,7 +111,9 @@ fn inherited_listener() -> Result<Option<std::net::TcpListener>, DaemonError> {
         return Ok(None);
     }
     let count: u32 = count.trim().parse().map_err(|_| {
-        DaemonError::Inherited(std::io::Error::other(format!("LISTEN_FDS={count} is not a number")))
+        DaemonError::Inherited(std::io::Error::other(format!(
+            "LISTEN_FDS={count} is not a number"
+        )))
     })?;
     if count == 0 {
         return Ok(None);
@@ -181,8 +183,16 @@ async fn serve_until_stopped(
     let status = format!(
         "serving on {local}: {} (redis {}, mongodb {})",
         readiness.status(),
-        if readiness.redis.is_ok() { "up" } else { "down" },
-        if readiness.mongodb.is_ok() { "up" } else { "down" },
+        if readiness.redis.is_ok() {
+            "up"
+        } else {
+            "down"
+        },
+        if readiness.mongodb.is_ok() {
+            "up"
+        } else {
+            "down"
+        },
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let app = http::router(state, &config.route_prefixes);

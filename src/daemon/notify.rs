@@ -23,7 +23,10 @@ pub fn status(status: &str) {
 
 /// Tells the service manager the worker is stopping.
 pub fn stopping() {
-    send(&[NotifyState::Stopping, NotifyState::Status("stopping: draining connections")]);
+    send(&[
+        NotifyState::Stopping,
+        NotifyState::Status("stopping: draining connections"),
+    ]);
 }
 
 /// Pets the watchdog.

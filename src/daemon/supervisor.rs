@@ -220,7 +220,10 @@ impl Supervisor {
     fn on_signal(&mut self, signal: i32) {
         match signal {
             libc::SIGTERM | libc::SIGINT => {
-                tracing::info!(signal = sys::signal_name(signal), "stopping: draining workers");
+                tracing::info!(
+                    signal = sys::signal_name(signal),
+                    "stopping: draining workers"
+                );
                 self.begin_stop(0);
             }
             libc::SIGHUP => self.reload(),
@@ -314,6 +317,8 @@ impl Supervisor {
                 tracing::info!(pid, "worker ready");
                 self.state.phase = Phase::Running;
                 self.state.next_backoff_ms = None;
+                // State first: `start` returns on this report and may read it at once.
+                self.save();
                 self.report_start(format!("ready {}", self.state.supervisor_pid));
             }
             Role::Pending => {
@@ -346,7 +351,11 @@ impl Supervisor {
         let Some(index) = self.workers.iter().position(|w| w.pid == pid) else {
             return;
         };
-        let worker = self.workers.remove(index);
+        let mut worker = self.workers.remove(index);
+        // A dying worker's last words (e.g. "fatal: ...") may still sit in its socket.
+        if let Some(status) = worker.notify.receive().status {
+            worker.last_status = Some(status);
+        }
         let mut reason = format!("worker {pid}: {exit}");
         if let Some(status) = &worker.last_status {
             reason.push_str(&format!("; last status: {status}"));

@@ -47,8 +47,16 @@ pub fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
         for &signal in signals {
             libc::sigaddset(&mut set, signal);
         }
-        cvt(libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()))?;
-        let fd = cvt(libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK))?;
+        cvt(libc::sigprocmask(
+            libc::SIG_BLOCK,
+            &set,
+            std::ptr::null_mut(),
+        ))?;
+        let fd = cvt(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+        ))?;
         Ok(OwnedFd::from_raw_fd(fd))
     }
 }
@@ -59,7 +67,11 @@ pub fn read_signal(fd: &OwnedFd) -> Option<i32> {
     unsafe {
         let mut info: libc::signalfd_siginfo = std::mem::zeroed();
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = libc::read(fd.as_raw_fd(), (&mut info as *mut libc::signalfd_siginfo).cast(), size);
+        let n = libc::read(
+            fd.as_raw_fd(),
+            (&mut info as *mut libc::signalfd_siginfo).cast(),
+            size,
+        );
         if n == size as isize {
             i32::try_from(info.ssi_signo).ok()
         } else {
@@ -88,7 +100,10 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> 
         }
         return Err(err);
     }
-    Ok(pollfds.iter().map(|p| p.revents & libc::POLLIN != 0).collect())
+    Ok(pollfds
+        .iter()
+        .map(|p| p.revents & libc::POLLIN != 0)
+        .collect())
 }
 
 /// How a child ended.
@@ -104,7 +119,9 @@ impl std::fmt::Display for ExitKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExitKind::Code(code) => write!(f, "exit code {code}"),
-            ExitKind::Signal(signal) => write!(f, "killed by signal {signal} ({})", signal_name(*signal)),
+            ExitKind::Signal(signal) => {
+                write!(f, "killed by signal {signal} ({})", signal_name(*signal))
+            }
         }
     }
 }
@@ -183,7 +200,11 @@ pub fn prepare_worker(listener: RawFd) -> io::Result<()> {
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
-        cvt(libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()))?;
+        cvt(libc::sigprocmask(
+            libc::SIG_SETMASK,
+            &empty,
+            std::ptr::null_mut(),
+        ))?;
         cvt(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
         // The supervisor may already be gone between fork and prctl.
         if libc::getppid() == 1 {

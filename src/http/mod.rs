@@ -31,7 +31,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use mongodb::bson::oid::ObjectId;
 use tokio::net::TcpListener;
@@ -288,20 +287,54 @@ impl Default for ServeOptions {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then drains connections for at
-/// most `options.grace`.
+/// How long, once stopping, a connection accepted just before may take to send its first
+/// request. Closing it at once (as hyper's graceful shutdown does with a connection that
+/// has not sent a request yet) would reset a client whose connect raced the stop.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
+/// Counts live connections; the last one out wakes the drain.
+#[derive(Clone, Default)]
+struct Connections {
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    drained: Arc<tokio::sync::Notify>,
+}
+
+struct ConnectionGuard(Connections);
+
+impl Connections {
+    fn enter(&self) -> ConnectionGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        ConnectionGuard(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and lets
+/// in-flight responses finish for at most `options.grace`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .keep_alive(true);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let connections = Connections::default();
     tokio::pin!(shutdown);
     let mut accept_backoff = Duration::from_millis(5);
     loop {
@@ -324,20 +357,54 @@ pub async fn serve(
         };
         // Small responses wait 40 ms for delayed ACKs without this.
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let first_request = Arc::new(tokio::sync::Notify::new());
+        let seen = Arc::clone(&first_request);
+        let inner = TowerToHyperService::new(app.clone());
+        let service = hyper::service::service_fn(move |request| {
+            // notify_one keeps a permit, so the drain sees a request that came earlier.
+            seen.notify_one();
+            hyper::service::Service::call(&inner, request)
+        });
         let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let mut stop = stop_rx.clone();
+        let guard = connections.enter();
         tokio::spawn(async move {
-            if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "connection ended with an error");
+            let _guard = guard;
+            tokio::pin!(connection);
+            tokio::select! {
+                result = connection.as_mut() => {
+                    if let Err(err) = result {
+                        tracing::debug!(error = %err, "connection ended with an error");
+                    }
+                    return;
+                }
+                _ = stop.wait_for(|stopping| *stopping) => {}
             }
+            tokio::select! {
+                _ = connection.as_mut() => return,
+                () = first_request.notified() => {}
+                () = tokio::time::sleep(FIRST_REQUEST_GRACE) => {}
+            }
+            // Finishes the request in flight (if any), then closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
         });
     }
     drop(listener);
-    tokio::select! {
-        () = graceful.shutdown() => tracing::info!("all connections drained"),
-        () = tokio::time::sleep(options.grace) => {
-            tracing::warn!(grace = ?options.grace, "shutdown grace expired, closing remaining connections");
+    let _ = stop_tx.send(true);
+    let deadline = tokio::time::Instant::now() + options.grace;
+    loop {
+        let drained = connections.drained.notified();
+        if connections.count() == 0 {
+            tracing::info!("all connections drained");
+            break;
+        }
+        tokio::select! {
+            () = drained => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(grace = ?options.grace, open = connections.count(), "shutdown grace expired, closing remaining connections");
+                break;
+            }
         }
     }
     Ok(())

@@ -8,6 +8,9 @@
 
 #![allow(dead_code)]
 
+pub mod load;
+pub mod supervised;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream};
@@ -365,6 +368,8 @@ pub struct TestEnv {
     pub tracks: mongodb::Collection<Document>,
     /// Redis client for assertions.
     pub redis: redis::Client,
+    /// The `key=value` overrides the config was loaded with (passed on to binaries).
+    pub overrides: Vec<String>,
 }
 
 impl TestEnv {
@@ -403,6 +408,7 @@ impl TestEnv {
             overrides: overrides.iter().map(|s| s.to_string()).collect(),
         })
         .expect("test config is valid");
+        let overrides = overrides.iter().map(|s| s.to_string()).collect();
         let client = mongodb::Client::with_uri_str(mongo_uri)
             .await
             .expect("mongo client");
@@ -417,7 +423,18 @@ impl TestEnv {
             config,
             tracks,
             redis,
+            overrides,
         }
+    }
+
+    /// A `musicd`/`musicctl` command with this env's config file and overrides.
+    pub fn command(&self, binary: &str) -> Command {
+        let mut command = Command::new(bin(binary));
+        command.arg("--config").arg(&self.config_file);
+        for item in &self.overrides {
+            command.arg("--set").arg(item);
+        }
+        command
     }
 
     /// Writes a file under the media root.

@@ -1,0 +1,111 @@
+//! A bounded client load that checks every response: status and body bytes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// What a load run saw.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Requests completed (including retries' final outcome).
+    pub sent: u64,
+    /// 200 with the exact bytes.
+    pub ok: u64,
+    /// Connection refused: nobody was accepting on the socket.
+    pub refused: u64,
+    /// Requests retried once after a reset of a request in flight.
+    pub retried: u64,
+    /// Requests that failed even after the retry, or answered wrongly.
+    pub failed: u64,
+    /// A few failure descriptions.
+    pub samples: Vec<String>,
+}
+
+/// Runs `concurrency` clients doing `total` GETs of `url` in all, each on a fresh
+/// connection, until done or `stop` is set. A request that fails after it was sent (its
+/// worker was killed mid-response) is retried once, as a player would.
+pub async fn hammer(
+    url: String,
+    expected: Arc<Vec<u8>>,
+    total: u64,
+    concurrency: u64,
+    stop: Arc<AtomicBool>,
+) -> LoadReport {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (url, expected, next, stop) =
+            (url.clone(), expected.clone(), next.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            // No pooling: every request opens a connection, so a refused accept would show.
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("client");
+            let mut report = LoadReport::default();
+            while next.fetch_add(1, Ordering::Relaxed) < total && !stop.load(Ordering::Relaxed) {
+                report.sent += 1;
+                let mut outcome = attempt(&client, &url, &expected).await;
+                if matches!(outcome, Err(Failure::Reset(_))) {
+                    report.retried += 1;
+                    outcome = attempt(&client, &url, &expected).await;
+                }
+                match outcome {
+                    Ok(()) => report.ok += 1,
+                    Err(Failure::Refused(e)) => {
+                        report.refused += 1;
+                        report.samples.push(e);
+                    }
+                    Err(Failure::Reset(e) | Failure::Wrong(e)) => {
+                        report.failed += 1;
+                        report.samples.push(e);
+                    }
+                }
+            }
+            report
+        }));
+    }
+    let mut total_report = LoadReport::default();
+    for task in tasks {
+        let r = task.await.expect("load task");
+        total_report.sent += r.sent;
+        total_report.ok += r.ok;
+        total_report.refused += r.refused;
+        total_report.retried += r.retried;
+        total_report.failed += r.failed;
+        total_report.samples.extend(r.samples.into_iter().take(3));
+    }
+    total_report
+}
+
+enum Failure {
+    Refused(String),
+    Reset(String),
+    Wrong(String),
+}
+
+async fn attempt(client: &reqwest::Client, url: &str, expected: &[u8]) -> Result<(), Failure> {
+    let response = client.get(url).send().await.map_err(|e| {
+        if e.is_connect() {
+            Failure::Refused(format!("{e:?}"))
+        } else {
+            Failure::Reset(format!("{e:?}"))
+        }
+    })?;
+    let status = response.status();
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| Failure::Reset(format!("body: {e:?}")))?;
+    if status != reqwest::StatusCode::OK {
+        return Err(Failure::Wrong(format!("status {status}")));
+    }
+    if body.as_ref() != expected {
+        return Err(Failure::Wrong(format!(
+            "body of {} bytes differs",
+            body.len()
+        )));
+    }
+    Ok(())
+}

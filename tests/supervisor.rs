@@ -1,0 +1,342 @@
+//! `musicd start|stop|restart|status` with real processes and real signals: crash restarts
+//! under load, giving up, zero-downtime restarts and reloads, graceful stop, log reopening,
+//! and sd_notify readiness.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use common::load::hammer;
+use common::supervised::{Supervised, alive, signal};
+use common::{TestEnv, client, free_port, pattern, shared_mongo, shared_redis};
+use reqwest::StatusCode;
+
+async fn env_with(overrides: &[&str]) -> TestEnv {
+    TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        overrides,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refused() {
+    let env = env_with(&["daemon.min_uptime_secs=1"]).await;
+    let bytes = Arc::new(pattern(64 * 1024, 1));
+    let (id, _) = env.track("a.mp3", &bytes).await;
+    let daemon = Supervised::start(&env);
+    let status = daemon.ctl("status");
+    assert_eq!(status.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("phase:        running"));
+    let url = format!("{}/musicdb/{}/a.mp3", daemon.base_url(), id.to_hex());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(hammer(url.clone(), bytes.clone(), 2000, 4, stop.clone()));
+    let mut comebacks = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let old = daemon.worker_pid().expect("worker");
+        let killed_at = Instant::now();
+        signal(old, libc::SIGKILL);
+        assert!(
+            daemon.wait_for(Duration::from_secs(1), |s| {
+                s["phase"] == "running"
+                    && s["worker_pid"]
+                        .as_i64()
+                        .is_some_and(|p| p != i64::from(old))
+            }),
+            "no new worker within 1 s: {}",
+            daemon.state()
+        );
+        let response = client()
+            .get(&url)
+            .send()
+            .await
+            .expect("served by the new worker");
+        assert_eq!(response.status(), StatusCode::OK);
+        comebacks.push(killed_at.elapsed());
+    }
+    let report = load.await.expect("load");
+    eprintln!("kill -9 x3 under load: {report:?}; back after {comebacks:?}");
+    assert_eq!(
+        report.refused, 0,
+        "connections refused: {:?}",
+        report.samples
+    );
+    assert_eq!(report.failed, 0, "failed requests: {:?}", report.samples);
+    assert_eq!(report.ok, report.sent);
+    assert!(report.sent >= 1000, "the load ran throughout: {report:?}");
+    let state = daemon.state();
+    assert_eq!(state["restarts"], 3);
+    assert!(
+        state["last_exit"]
+            .as_str()
+            .expect("last exit")
+            .contains("SIGKILL")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_keeps_crashing_makes_the_supervisor_back_off_and_give_up() {
+    let env = env_with(&["daemon.max_restarts=3", "daemon.restart_window_secs=60"]).await;
+    let daemon = Supervised::start(&env);
+    let supervisor = daemon.supervisor_pid();
+    // The media volume disappears: every new worker now fails its config check.
+    std::fs::remove_dir_all(&env.media).expect("remove media root");
+    signal(daemon.worker_pid().expect("worker"), libc::SIGKILL);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while alive(supervisor) {
+        assert!(
+            Instant::now() < deadline,
+            "supervisor never gave up:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = daemon.state();
+    assert_eq!(state["phase"], "gave-up");
+    let reason = state["gave_up_reason"].as_str().expect("reason");
+    assert!(reason.contains("4 crashes within 60s"), "{reason}");
+    assert!(
+        reason.contains("media_roots"),
+        "the worker's own error is kept: {reason}"
+    );
+
+    // Backoff doubled between attempts: 100, 200, 400 ms (+ up to 10 % jitter).
+    let log = daemon.log();
+    let delays: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split("delay_ms=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(delays.len(), 3, "{log}");
+    for (delay, base) in delays.iter().zip([100u64, 200, 400]) {
+        assert!((base..=base + base / 10 + 1).contains(delay), "{delays:?}");
+    }
+
+    let status = daemon.ctl("status");
+    assert_eq!(status.status.code(), Some(3), "LSB: not running");
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("gave up:"), "{text}");
+    assert!(!env.config.daemon.pid_file.exists(), "pid file removed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_the_old_worker() {
+    let env = env_with(&[]).await;
+    let bytes = Arc::new(pattern(256 * 1024, 2));
+    let (id, _) = env.track("b.mp3", &bytes).await;
+    let daemon = Supervised::start(&env);
+    let url = format!("{}/musicdb/{}/b.mp3", daemon.base_url(), id.to_hex());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(hammer(url.clone(), bytes.clone(), 2000, 4, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let first = daemon.worker_pid().expect("worker");
+    let restart = daemon.ctl("restart");
+    assert!(
+        restart.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restart.stderr)
+    );
+    let second = daemon.worker_pid().expect("worker");
+    assert_ne!(first, second);
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    signal(daemon.supervisor_pid(), libc::SIGHUP);
+    assert!(
+        daemon.wait_for(Duration::from_secs(10), |s| s["replacements"] == 2
+            && s["phase"] == "running")
+    );
+    let third = daemon.worker_pid().expect("worker");
+    assert_ne!(second, third);
+
+    // A broken config: the reload is refused and the running worker keeps serving.
+    let good = std::fs::read_to_string(&env.config_file).expect("config");
+    std::fs::write(&env.config_file, format!("{good}\nbogus_key = 1\n")).expect("break config");
+    let refused = daemon.ctl("restart");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("bogus_key"), "{stderr}");
+    // The supervisor checks too: a raw SIGHUP with the broken file is refused.
+    signal(daemon.supervisor_pid(), libc::SIGHUP);
+    assert!(daemon.wait_for(Duration::from_secs(10), |s| s["last_reload"]["ok"] == false));
+    let message = daemon.state()["last_reload"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(message.contains("bogus_key"), "{message}");
+    assert_eq!(daemon.worker_pid(), Some(third));
+    std::fs::write(&env.config_file, good).expect("fix config");
+
+    let report = load.await.expect("load");
+    eprintln!("restart + HUP + refused reload under load: {report:?}");
+    assert_eq!(
+        report.refused + report.failed + report.retried,
+        0,
+        "{:?}",
+        report.samples
+    );
+    assert_eq!(report.ok, 2000);
+    let status = String::from_utf8_lossy(&daemon.ctl("status").stdout).into_owned();
+    assert!(status.contains("last reload:  refused"), "{status}");
+    assert!(
+        !alive(first) && !alive(second),
+        "replaced workers drained and exited"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
+    let env = env_with(&["daemon.stop_timeout_secs=2"]).await;
+    let bytes = pattern(8 * 1024 * 1024, 3);
+    let (id, _) = env.track("c.mp3", &bytes).await;
+
+    for (pause, should_complete) in [
+        (Duration::from_millis(2), true),
+        (Duration::from_millis(400), false),
+    ] {
+        let daemon = Supervised::start(&env);
+        let url = format!("{}/musicdb/{}/c.mp3", daemon.base_url(), id.to_hex());
+        let supervisor = daemon.supervisor_pid();
+        let mut response = client().get(&url).send().await.expect("GET");
+        let mut received = 0usize;
+        let reader = tokio::spawn(async move {
+            loop {
+                match response.chunk().await {
+                    Ok(Some(chunk)) => received += chunk.len(),
+                    Ok(None) => return (received, true),
+                    Err(_) => return (received, false),
+                }
+                tokio::time::sleep(pause).await;
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped_at = Instant::now();
+        let stop = tokio::task::spawn_blocking({
+            let command = env.command("musicd");
+            move || {
+                let mut command = command;
+                command.arg("stop").output().expect("musicd stop")
+            }
+        });
+        let (received, clean_end) = reader.await.expect("reader");
+        let stop = stop.await.expect("stop");
+        let took = stopped_at.elapsed();
+        assert!(
+            stop.status.success(),
+            "{}",
+            String::from_utf8_lossy(&stop.stderr)
+        );
+        assert!(!alive(supervisor));
+        if should_complete {
+            assert!(
+                clean_end && received == bytes.len(),
+                "download cut: {received}"
+            );
+        } else {
+            assert!(
+                received < bytes.len(),
+                "a 20 s download cannot finish in 2 s"
+            );
+            assert!(took < Duration::from_secs(6), "stop took {took:?}");
+            assert!(
+                took >= Duration::from_secs(2),
+                "cut before the deadline: {took:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_the_log_file_after_rotation() {
+    let env = env_with(&[]).await;
+    let daemon = Supervised::start(&env);
+    let log = env.config.daemon.log_file.clone();
+    let rotated = log.with_extension("log.1");
+    std::fs::rename(&log, &rotated).expect("rotate");
+    signal(daemon.supervisor_pid(), libc::SIGUSR1);
+    std::thread::sleep(Duration::from_millis(300));
+    let response = client()
+        .get(format!("{}/healthz", daemon.base_url()))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    std::thread::sleep(Duration::from_millis(200));
+    let fresh = std::fs::read_to_string(&log).expect("a new log file exists");
+    assert!(fresh.contains("log file reopened"), "{fresh}");
+    assert!(
+        fresh.contains("path=/healthz"),
+        "the worker writes to the new file: {fresh}"
+    );
+    let old = std::fs::read_to_string(&rotated).expect("rotated file");
+    assert!(!old.contains("path=/healthz"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_start_is_refused_and_a_stale_pid_file_is_replaced() {
+    let env = env_with(&[]).await;
+    let pid_file = env.config.daemon.pid_file.clone();
+    std::fs::create_dir_all(pid_file.parent().expect("dir")).expect("mkdir");
+    // A pid file left by a crash, naming a pid that no longer exists.
+    std::fs::write(&pid_file, "999999999\n").expect("stale pid file");
+    let daemon = Supervised::start(&env);
+    let again = daemon.ctl("start");
+    assert!(!again.status.success());
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(stderr.contains("already running"), "{stderr}");
+    assert!(stderr.contains(&daemon.supervisor_pid().to_string()));
+    let stop = daemon.ctl("stop");
+    assert!(stop.status.success());
+    let status = daemon.ctl("status");
+    assert_eq!(status.status.code(), Some(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn musicd_run_notifies_ready_after_it_accepts_and_stopping_on_sigterm() {
+    let env = env_with(&[]).await;
+    let socket_path = env.dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let port = free_port();
+    let mut command = env.command("musicd");
+    command
+        .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "200000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = common::spawn(command);
+
+    let mut buf = [0u8; 4096];
+    let n = socket.recv(&mut buf).expect("a notification");
+    let message = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(message.contains("READY=1"), "{message}");
+    assert!(message.contains("STATUS=serving on"), "{message}");
+    // READY came after the socket accepts: connect right now, no retry.
+    std::net::TcpStream::connect(("127.0.0.1", port)).expect("accepting when READY=1 arrives");
+    let n = socket.recv(&mut buf).expect("watchdog ping");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("WATCHDOG=1"));
+
+    signal(i32::try_from(child.id()).expect("pid"), libc::SIGTERM);
+    let mut stopping = false;
+    for _ in 0..20 {
+        let n = socket.recv(&mut buf).expect("notification");
+        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping, "STOPPING=1 on SIGTERM");
+    let status = child.wait().expect("exit");
+    assert!(status.success());
+}
