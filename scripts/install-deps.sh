@@ -16,7 +16,7 @@ command -v nginx >/dev/null 2>&1 || need_apt+=(nginx)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
-command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"

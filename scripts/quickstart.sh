@@ -65,23 +65,25 @@ collection = "tracks"
 [redis]
 url = "redis://127.0.0.1:$redis_port"
 prefix = "track_"
+
+[daemon]
+pid_file = "$var/run/musicd.pid"
+log_file = "$var/log/musicd.log"
+state_dir = "$var/state"
 TOML
 
 echo "== importing"
 "$bin/musicctl" --config "$var/musicd.toml" import "$var/music"
 
-if alive "$var/musicd.pid"; then
-  kill "$(cat "$var/musicd.pid")" 2>/dev/null || true
-  for _ in $(seq 100); do alive "$var/musicd.pid" || break; sleep 0.1; done
+musicd="$bin/musicd --config $var/musicd.toml"
+if $musicd status >/dev/null 2>&1; then
+  echo "== musicd is running: replacing its worker (new binary and config, no refused connection)"
+  $musicd restart
+else
+  echo "== starting musicd on $listen (supervised; log: $var/log/musicd.log)"
+  $musicd start
 fi
-echo "== starting musicd on $listen (log: $var/log/musicd.log)"
-nohup "$bin/musicd" --config "$var/musicd.toml" run >>"$var/log/musicd.log" 2>&1 &
-echo $! >"$var/musicd.pid"
-for _ in $(seq 100); do
-  curl -fsS "http://$listen/healthz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-curl -fsS "http://$listen/readyz"; echo
+$musicd status
 
 echo
 echo "musicd is serving the demo library:"
@@ -99,4 +101,8 @@ echo "  curl -sI '$first'"
 echo "  curl -s -r 0-99 '$first' | wc -c"
 echo "  ffprobe -hide_banner '$first'"
 echo "  $bin/musicctl --config $var/musicd.toml resolve ${first#*/musicdb/}" | sed 's|/[^/]*$||'
-echo "Stop: kill \$(cat var/musicd.pid) \$(cat var/redis.pid) \$(cat var/mongod.pid)"
+echo
+echo "Status:  $musicd status"
+echo "Restart: $musicd restart"
+echo "Stop:    $musicd stop"
+echo "Stop the demo's Redis and MongoDB too: kill \$(cat var/redis.pid) \$(cat var/mongod.pid)"
