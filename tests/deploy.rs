@@ -10,7 +10,9 @@ use common::{TestEnv, bin, client, free_port};
 use reqwest::StatusCode;
 
 fn deploy(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -18,7 +20,10 @@ fn deploy(name: &str) -> String {
 fn systemd_analyze_verify_accepts_the_units() {
     let dir = common::tempdir();
     // verify checks that ExecStart exists: point it at the binary this test built.
-    let service = deploy("musicd.service").replace("/usr/local/bin/musicd", &bin("musicd").display().to_string());
+    let service = deploy("musicd.service").replace(
+        "/usr/local/bin/musicd",
+        &bin("musicd").display().to_string(),
+    );
     std::fs::write(dir.path().join("musicd.service"), service).expect("write");
     std::fs::write(dir.path().join("musicd.socket"), deploy("musicd.socket")).expect("write");
     let output = Command::new("systemd-analyze")
@@ -27,7 +32,10 @@ fn systemd_analyze_verify_accepts_the_units() {
         .output()
         .expect("systemd-analyze (scripts/install-deps.sh installs systemd)");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success() && stderr.trim().is_empty(), "{stderr}");
+    assert!(
+        output.status.success() && stderr.trim().is_empty(),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -38,7 +46,11 @@ fn the_samples_agree_on_addresses_and_paths() {
     let pid_file = config["daemon"]["pid_file"].as_str().expect("pid_file");
     assert!(deploy("logrotate/musicd").contains(&format!("cat {pid_file}")));
     let log_file = config["daemon"]["log_file"].as_str().expect("log_file");
-    let log_dir = std::path::Path::new(log_file).parent().expect("dir").display().to_string();
+    let log_dir = std::path::Path::new(log_file)
+        .parent()
+        .expect("dir")
+        .display()
+        .to_string();
     assert!(deploy("logrotate/musicd").contains(&format!("{log_dir}/*.log")));
     let service = deploy("musicd.service");
     assert!(service.contains("--config /etc/musicd/musicd.toml run"));
@@ -71,13 +83,19 @@ async fn musicd_run_serves_on_a_socket_passed_by_systemd_socket_activation() {
         match client().get(&url).send().await {
             Ok(response) => break response,
             Err(err) => {
-                assert!(Instant::now() < deadline, "no answer on the activated socket: {err}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no answer on the activated socket: {err}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     };
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.bytes().await.expect("body").as_ref(), b"socket activated");
+    assert_eq!(
+        response.bytes().await.expect("body").as_ref(),
+        b"socket activated"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
