@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::redis_link::RedisTarget;
+
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
 
@@ -140,8 +142,8 @@ pub struct MongoConfig {
 /// The Redis cache in front of MongoDB.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    /// `redis://host:port/db`.
-    pub url: String,
+    /// One server or a cluster.
+    pub target: RedisTarget,
     /// Key prefix; the key of a track is `{prefix}{objectid-hex}`.
     pub prefix: String,
     /// Lifetime of a positive entry.
@@ -201,6 +203,7 @@ struct RawMongo {
 #[serde(deny_unknown_fields)]
 struct RawRedis {
     url: Option<String>,
+    cluster: Option<Vec<String>>,
     prefix: Option<String>,
     ttl_secs: Option<u64>,
     negative_ttl_secs: Option<u64>,
@@ -438,15 +441,35 @@ impl RawConfig {
                 "must not be empty (purges match on it)".into(),
             ));
         }
-        let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-        if redis::parse_redis_url(&url).is_none() {
-            return Err(err_at(
-                "redis.url",
-                format!("`{url}` is not a redis:// URL"),
-            ));
+        let cluster = redis.cluster.unwrap_or_default();
+        for node in &cluster {
+            if redis::parse_redis_url(node).is_none() {
+                return Err(err_at(
+                    "redis.cluster",
+                    format!("`{node}` is not a redis:// URL"),
+                ));
+            }
         }
+        let target = if cluster.is_empty() {
+            let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+            if redis::parse_redis_url(&url).is_none() {
+                return Err(err_at(
+                    "redis.url",
+                    format!("`{url}` is not a redis:// URL"),
+                ));
+            }
+            RedisTarget::Single(url)
+        } else {
+            if redis.url.is_some() {
+                return Err(err_at(
+                    "redis.cluster",
+                    "set either redis.url or redis.cluster, not both".into(),
+                ));
+            }
+            RedisTarget::Cluster(cluster)
+        };
         let redis = RedisConfig {
-            url,
+            target,
             prefix,
             ttl: Duration::from_secs(ttl_secs),
             negative_ttl: Duration::from_secs(negative_ttl_secs),

@@ -1,4 +1,5 @@
-//! A self-healing link to Redis that never makes a request wait for a dead server.
+//! A self-healing link to Redis (a single server or a Cluster) that never makes a request
+//! wait for a dead server.
 //!
 //! The cache is an optimisation, so Redis being down must cost a request nothing but the
 //! cache: [`RedisLink::run`] fails fast when the link is down, and only one task at a time
@@ -9,8 +10,10 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisResult};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// How often a down link tries to reconnect.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
@@ -32,14 +35,65 @@ pub enum LinkError {
     Redis(#[from] redis::RedisError),
 }
 
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server: `redis://host:port/db`.
+    Single(String),
+    /// A Redis Cluster, given by some of its nodes (the rest are discovered).
+    Cluster(Vec<String>),
+}
+
+/// A connection to either kind of target; commands are routed by key in a cluster.
+#[derive(Clone)]
+pub enum RedisConn {
+    /// One server.
+    Single(MultiplexedConnection),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for RedisConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_command(cmd),
+            RedisConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            RedisConn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConn::Single(c) => c.get_db(),
+            RedisConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+enum Client {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
 /// A shared, reconnecting Redis connection.
 pub struct RedisLink {
     /// Where to connect.
-    client: redis::Client,
+    client: Client,
     /// Bound on connecting and on each command.
     timeout: Duration,
     /// The live connection, if any; cloning it is cheap (it multiplexes one socket).
-    connection: RwLock<Option<MultiplexedConnection>>,
+    connection: RwLock<Option<RedisConn>>,
     /// Held by the one task that is reconnecting; others fail fast meanwhile.
     reconnecting: tokio::sync::Mutex<()>,
     /// Earliest time of the next reconnect attempt.
@@ -50,8 +104,20 @@ pub struct RedisLink {
 
 impl RedisLink {
     /// Creates a link; nothing is connected until the first command.
-    pub fn new(url: &str, timeout: Duration) -> Result<RedisLink, LinkError> {
-        let client = redis::Client::open(url).map_err(LinkError::Url)?;
+    pub fn new(target: &RedisTarget, timeout: Duration) -> Result<RedisLink, LinkError> {
+        let client = match target {
+            RedisTarget::Single(url) => {
+                Client::Single(redis::Client::open(url.as_str()).map_err(LinkError::Url)?)
+            }
+            RedisTarget::Cluster(nodes) => Client::Cluster(
+                ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(1)
+                    .build()
+                    .map_err(LinkError::Url)?,
+            ),
+        };
         Ok(RedisLink {
             client,
             timeout,
@@ -70,7 +136,7 @@ impl RedisLink {
     /// Runs one command (or pipeline) on the shared connection.
     pub async fn run<T, F, Fut>(&self, command: F) -> Result<T, LinkError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let connection = self.connection().await?;
@@ -92,7 +158,7 @@ impl RedisLink {
         }
     }
 
-    async fn connection(&self) -> Result<MultiplexedConnection, LinkError> {
+    async fn connection(&self) -> Result<RedisConn, LinkError> {
         if let Some(conn) = self.current() {
             return Ok(conn);
         }
@@ -108,12 +174,22 @@ impl RedisLink {
                 return Err(LinkError::Down);
             }
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let attempt = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
+        let attempt = async {
+            match &self.client {
+                Client::Single(client) => {
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout));
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map(RedisConn::Single)
+                }
+                Client::Cluster(client) => {
+                    client.get_async_connection().await.map(RedisConn::Cluster)
+                }
+            }
+        };
         match tokio::time::timeout(self.timeout, attempt).await {
             Ok(Ok(conn)) => {
                 *self.connection.write().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
@@ -133,7 +209,7 @@ impl RedisLink {
         }
     }
 
-    fn current(&self) -> Option<MultiplexedConnection> {
+    fn current(&self) -> Option<RedisConn> {
         self.connection
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -164,5 +240,99 @@ impl RedisLink {
                 "redis unreachable: serving from MongoDB (degraded)"
             );
         }
+    }
+}
+
+/// The URLs of every master of the target: the one server, or each master of the cluster
+/// (read from `CLUSTER NODES` of the first seed that answers). Scans that must see every
+/// key (purge, prune) run once per master.
+pub async fn masters(target: &RedisTarget, timeout: Duration) -> Result<Vec<String>, LinkError> {
+    let seeds = match target {
+        RedisTarget::Single(url) => return Ok(vec![url.clone()]),
+        RedisTarget::Cluster(seeds) => seeds,
+    };
+    let mut last_error = LinkError::Down;
+    for seed in seeds {
+        let nodes = async {
+            let mut conn = connect_node(seed, timeout).await?;
+            let text: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, LinkError>(text)
+        };
+        match tokio::time::timeout(timeout, nodes).await {
+            Ok(Ok(text)) => return Ok(parse_masters(&text, seed)),
+            Ok(Err(err)) => last_error = err,
+            Err(_) => last_error = LinkError::Timeout(timeout),
+        }
+    }
+    Err(last_error)
+}
+
+/// A plain connection to one node (no cluster routing).
+pub async fn connect_node(
+    url: &str,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, LinkError> {
+    let client = redis::Client::open(url).map_err(LinkError::Url)?;
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout));
+    Ok(client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?)
+}
+
+/// Masters with slots from `CLUSTER NODES` output, as URLs built on the seed's URL (so
+/// credentials and options carry over).
+fn parse_masters(nodes: &str, seed: &str) -> Vec<String> {
+    let mut masters = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // id addr flags master-id ping pong epoch link-state [slot ...]
+        if fields.len() < 9 {
+            continue;
+        }
+        let flags = fields[2];
+        if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+            continue;
+        }
+        let addr = fields[1].split('@').next().unwrap_or_default();
+        let Some((host, port)) = addr.rsplit_once(':') else {
+            continue;
+        };
+        let (Some(mut url), Ok(port)) = (redis::parse_redis_url(seed), port.parse::<u16>()) else {
+            continue;
+        };
+        if url.set_host(Some(host)).is_err() || url.set_port(Some(port)).is_err() {
+            continue;
+        }
+        masters.push(url.to_string());
+    }
+    masters.sort();
+    masters
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masters_are_read_from_cluster_nodes() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
+d4 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+e5 127.0.0.1:7005@17005 master - 0 1 5 connected
+";
+        assert_eq!(
+            parse_masters(nodes, "redis://:secret@127.0.0.1:7001/"),
+            vec![
+                "redis://:secret@127.0.0.1:7001/",
+                "redis://:secret@127.0.0.1:7002/"
+            ]
+        );
     }
 }

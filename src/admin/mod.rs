@@ -1,8 +1,12 @@
 //! What `musicctl` does, one file per command. Commands reuse [`crate::catalog`] and
 //! [`crate::config`]; none of them reaches into the HTTP server.
 
+pub mod health;
 pub mod import;
 pub mod list;
+pub mod progress;
+pub mod purge;
+pub mod reindex;
 pub mod resolve;
 
 use std::sync::Arc;
@@ -51,7 +55,7 @@ pub struct Backends {
 impl Backends {
     /// Builds clients for the configured backends (connecting lazily).
     pub async fn new(config: &Config) -> Result<Backends, AdminError> {
-        let link = Arc::new(RedisLink::new(&config.redis.url, config.redis.timeout)?);
+        let link = Arc::new(RedisLink::new(&config.redis.target, config.redis.timeout)?);
         Ok(Backends {
             cache: TrackCache::new(link, &config.redis),
             store: TrackStore::new(&config.mongodb).await?,

@@ -2,13 +2,18 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use mongodb::bson::oid::ObjectId;
+use musicd::admin::progress::Progress;
+use musicd::admin::purge::{self, PurgeOptions};
+use musicd::admin::reindex::{self, ReindexOptions};
 use musicd::admin::{self, Backends};
 use musicd::config::{Config, Sources};
 
-/// Administer a musicd catalogue: import files, inspect ids.
+/// Administer a musicd catalogue and its cache.
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -24,6 +29,54 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Delete cache keys matching a glob (SCAN + UNLINK; any key bytes, any count, every
+    /// cluster master). Exit 0 done, 1 some keys could not be removed, 2 error.
+    Purge {
+        /// Redis glob, e.g. "track_*". Not needed with --id.
+        #[arg(required_unless_present = "id")]
+        pattern: Option<String>,
+        /// Purge the entry of one track instead of a pattern.
+        #[arg(long, conflicts_with = "pattern")]
+        id: Option<String>,
+        /// Count and show a sample of the matching keys; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// SCAN COUNT and keys per UNLINK.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Pause between batches in milliseconds (throttle on a busy server).
+        #[arg(long, default_value_t = 0)]
+        sleep: u64,
+        /// Allow a pattern that matches every key.
+        #[arg(long)]
+        force: bool,
+        /// Print the report as JSON (no progress output).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check Redis, MongoDB, the daemon and the media roots. Exit 0 healthy, 1 degraded,
+    /// 2 down.
+    Health {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the cache from MongoDB (streamed, pipelined). Exit 0 done, 1 some entries
+    /// could not be written, 2 error.
+    Reindex {
+        /// Check everything, write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also remove cache entries whose id or file is gone.
+        #[arg(long)]
+        prune: bool,
+        /// Documents per batch.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Print the report as JSON (no progress output).
+        #[arg(long)]
+        json: bool,
+    },
     /// Add every audio file under DIR to MongoDB (safe to run again); prints new ids.
     Import {
         /// Directory under a media root.
@@ -57,7 +110,12 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
-    let config = Config::load(&Sources::from_process(cli.config, cli.overrides))?;
+    let sources = Sources::from_process(cli.config, cli.overrides);
+    // A missing media root must not stop the commands that diagnose or clean up.
+    let config = match cli.command {
+        Command::Import { .. } => Config::load(&sources)?,
+        _ => Config::load_for_control(&sources)?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -65,6 +123,48 @@ fn run() -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let backends = Backends::new(&config).await?;
         match cli.command {
+            Command::Purge { pattern, id, dry_run, batch, sleep, force, json } => {
+                purge_command(&config, &backends, pattern, id, dry_run, batch, sleep, force, json).await
+            }
+            Command::Health { json } => {
+                let report = admin::health::health(&backends, config.listen).await;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.render());
+                }
+                Ok(ExitCode::from(report.exit_code()))
+            }
+            Command::Reindex { dry_run, prune, batch, json } => {
+                let options = ReindexOptions { dry_run, prune, batch: batch.max(1) };
+                let mut progress = Progress::new(json);
+                let report = reindex::reindex(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
+                    progress.update(&format!("reindex: {} documents, {} indexed, {} pruned", p.documents, p.indexed, p.pruned));
+                })
+                .await?;
+                progress.finish();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    let verb = if dry_run { "would index" } else { "indexed" };
+                    println!(
+                        "reindex: {} documents in {:.2}s ({:.0}/s): {verb} {}, missing file {}, outside roots {}, invalid document {}, write failed {}",
+                        report.documents,
+                        report.seconds,
+                        report.documents as f64 / report.seconds.max(1e-9),
+                        report.indexed,
+                        report.missing_file,
+                        report.outside_roots,
+                        report.invalid_document,
+                        report.write_failed
+                    );
+                    if prune {
+                        let verb = if dry_run { "would prune" } else { "pruned" };
+                        println!("prune: {} cache entries examined, {verb} {}", report.cache_entries, report.pruned);
+                    }
+                }
+                Ok(if report.write_failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            }
             Command::Import { dir } => {
                 let report = admin::import::import(&backends, &dir).await?;
                 for track in &report.inserted {
@@ -106,28 +206,120 @@ fn run() -> anyhow::Result<ExitCode> {
                 } else {
                     println!("id        {}", report.id);
                     println!("key       {}", report.key);
-                    println!(
-                        "redis     {} {}",
-                        report.cache,
-                        report.cached_path.as_deref().unwrap_or("")
-                    );
-                    println!(
-                        "mongodb   {} {}",
-                        report.database,
-                        report.database_path.as_deref().unwrap_or("")
-                    );
+                    println!("redis     {} {}", report.cache, report.cached_path.as_deref().unwrap_or(""));
+                    println!("mongodb   {} {}", report.database, report.database_path.as_deref().unwrap_or(""));
                     match (&report.file, &report.problem) {
                         (Some(file), _) => println!("file      {file} (served)"),
                         (None, Some(problem)) => println!("file      not served: {problem}"),
                         (None, None) => println!("file      not served"),
                     }
                 }
-                Ok(if report.servable {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                })
+                Ok(if report.servable { ExitCode::SUCCESS } else { ExitCode::from(1) })
             }
         }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn purge_command(
+    config: &Config,
+    backends: &Backends,
+    pattern: Option<String>,
+    id: Option<String>,
+    dry_run: bool,
+    batch: usize,
+    sleep: u64,
+    force: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(id) = id {
+        let oid = ObjectId::parse_str(&id)
+            .map_err(|_| anyhow::anyhow!("`{id}` is not a 24-digit hex ObjectId"))?;
+        let key = backends.cache.key(&oid);
+        let removed = if dry_run {
+            false
+        } else {
+            backends.cache.forget(&oid).await?
+        };
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "key": key, "removed": removed, "dry_run": dry_run })
+            );
+        } else {
+            println!(
+                "purge: {key} {}",
+                if dry_run {
+                    "(dry run)"
+                } else if removed {
+                    "removed"
+                } else {
+                    "was not cached"
+                }
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let pattern = pattern.unwrap_or_default();
+    if pattern.is_empty() {
+        anyhow::bail!(
+            "an empty pattern matches nothing; did you mean \"{}*\"?",
+            config.redis.prefix
+        );
+    }
+    if purge::matches_everything(pattern.as_bytes()) && !force {
+        anyhow::bail!(
+            "`{pattern}` matches every key in Redis, not just musicd's; add --force if you mean it"
+        );
+    }
+    let options = PurgeOptions {
+        pattern: pattern.into_bytes(),
+        batch: batch.max(1),
+        pause: Duration::from_millis(sleep),
+        dry_run,
+        sample: 10,
+    };
+    let mut progress = Progress::new(json);
+    let report = purge::purge(
+        &config.redis.target,
+        config.redis.timeout * 4,
+        &options,
+        |p| {
+            progress.update(&format!(
+                "purge: {} matched, {} removed (node {}/{})",
+                p.matched, p.removed, p.nodes_done, p.nodes
+            ));
+        },
+    )
+    .await?;
+    progress.finish();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if dry_run {
+        println!(
+            "purge (dry run): {} keys match on {} node(s); nothing deleted ({:.2}s)",
+            report.matched, report.nodes, report.seconds
+        );
+        for key in &report.sample {
+            println!("  \"{key}\"");
+        }
+    } else {
+        println!(
+            "purge: removed {} of {} matching keys on {} node(s) in {:.2}s{}",
+            report.removed,
+            report.matched,
+            report.nodes,
+            report.seconds,
+            if report.failed > 0 {
+                format!("; {} could not be removed", report.failed)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(if report.failed > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     })
 }

@@ -74,7 +74,7 @@ impl AppState {
     /// Builds the resolver and file settings from a validated config. Connects to nothing:
     /// backends are reached on first use, so the server starts even while they are down.
     pub async fn new(config: &Config) -> Result<AppState, ServerError> {
-        let link = Arc::new(RedisLink::new(&config.redis.url, config.redis.timeout)?);
+        let link = Arc::new(RedisLink::new(&config.redis.target, config.redis.timeout)?);
         let cache = TrackCache::new(link, &config.redis);
         let store = TrackStore::new(&config.mongodb).await?;
         let files = FileSettings {

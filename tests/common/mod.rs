@@ -198,7 +198,9 @@ pub struct Server {
 #[derive(Clone, Copy)]
 enum Kind {
     Redis,
+    ClusterNode,
     Mongo,
+    ReplicaSet,
 }
 
 impl Server {
@@ -232,15 +234,15 @@ impl Server {
 
     fn name(&self) -> &'static str {
         match self.kind {
-            Kind::Redis => "redis-server",
-            Kind::Mongo => "mongod",
+            Kind::Redis | Kind::ClusterNode => "redis-server",
+            Kind::Mongo | Kind::ReplicaSet => "mongod",
         }
     }
 
     fn command(&self) -> Command {
         let port = self.port.to_string();
         match self.kind {
-            Kind::Redis => {
+            Kind::Redis | Kind::ClusterNode => {
                 let mut cmd =
                     Command::new(find_binary("MUSICD_TEST_REDIS_SERVER", "redis-server", &[]));
                 cmd.args([
@@ -258,9 +260,14 @@ impl Server {
                 .arg(&self.dir)
                 .arg("--logfile")
                 .arg(self.dir.join("redis.log"));
+                if matches!(self.kind, Kind::ClusterNode) {
+                    cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+                        .arg("--cluster-config-file")
+                        .arg(self.dir.join("nodes.conf"));
+                }
                 cmd
             }
-            Kind::Mongo => {
+            Kind::Mongo | Kind::ReplicaSet => {
                 let mut cmd = Command::new(find_binary(
                     "MUSICD_TEST_MONGOD",
                     "mongod",
@@ -275,6 +282,9 @@ impl Server {
                     .args(["--setParameter", "diagnosticDataCollectionEnabled=false"])
                     .arg("--logpath")
                     .arg(self.dir.join("mongod.log"));
+                if matches!(self.kind, Kind::ReplicaSet) {
+                    cmd.args(["--replSet", "rs0"]);
+                }
                 cmd
             }
         }
@@ -288,8 +298,12 @@ impl Server {
         let mut child = spawn(cmd);
         let port = self.port;
         let up = match self.kind {
-            Kind::Redis => wait_until(&mut child, Duration::from_secs(10), || redis_ping(port)),
-            Kind::Mongo => wait_until(&mut child, Duration::from_secs(60), || accepts(port)),
+            Kind::Redis | Kind::ClusterNode => {
+                wait_until(&mut child, Duration::from_secs(10), || redis_ping(port))
+            }
+            Kind::Mongo | Kind::ReplicaSet => {
+                wait_until(&mut child, Duration::from_secs(60), || accepts(port))
+            }
         };
         if up {
             self.child = Some(child);
@@ -339,6 +353,101 @@ impl Drop for Server {
     }
 }
 
+/// A 3-master Redis Cluster on loopback.
+pub struct RedisCluster {
+    /// The nodes.
+    pub nodes: Vec<Server>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers and joins them (`redis-cli --cluster create`).
+    pub fn start() -> RedisCluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| Server::start(Kind::ClusterNode, tempdir()))
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            loop {
+                let info = Command::new("redis-cli")
+                    .args(["-p", &node.port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("cluster info");
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not form");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        RedisCluster { nodes }
+    }
+
+    /// `redis://` URLs of the nodes.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::redis_url).collect()
+    }
+
+    /// Keys on each node (DBSIZE), in node order.
+    pub fn sizes(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let out = Command::new("redis-cli")
+                    .args(["-p", &node.port.to_string(), "dbsize"])
+                    .output()
+                    .expect("dbsize");
+                String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .parse()
+                    .expect("number")
+            })
+            .collect()
+    }
+}
+
+/// A single-node MongoDB replica set (`rs0`), initiated and primary.
+pub fn mongo_replica_set() -> Server {
+    let server = Server::start(Kind::ReplicaSet, tempdir());
+    let direct = format!("mongodb://127.0.0.1:{}/?directConnection=true", server.port);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = mongodb::Client::with_uri_str(&direct).await.expect("client");
+        let admin = client.database("admin");
+        let config = doc! { "_id": "rs0", "members": [ { "_id": 0, "host": format!("127.0.0.1:{}", server.port) } ] };
+        admin
+            .run_command(doc! { "replSetInitiate": config })
+            .await
+            .expect("replSetInitiate");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let hello = admin.run_command(doc! { "hello": 1 }).await.expect("hello");
+            if hello.get_bool("isWritablePrimary").unwrap_or(false) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "replica set never got a primary");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    server
+}
+
 /// Redis shared by the tests of this process (each uses its own key prefix).
 pub fn shared_redis() -> &'static Server {
     static REDIS: LazyLock<Server> = LazyLock::new(|| Server::start(Kind::Redis, shared_tempdir()));
@@ -385,6 +494,37 @@ impl TestEnv {
 
     /// A world over the given servers, with `key=value` config overrides (as `--set`).
     pub async fn with(redis_url: &str, mongo_uri: &str, overrides: &[&str]) -> TestEnv {
+        TestEnv::with_redis(
+            &format!("url = \"{redis_url}\""),
+            redis_url,
+            mongo_uri,
+            overrides,
+        )
+        .await
+    }
+
+    /// A world over a Redis Cluster given by its nodes.
+    pub async fn with_cluster(nodes: &[String], mongo_uri: &str, overrides: &[&str]) -> TestEnv {
+        let list = nodes
+            .iter()
+            .map(|n| format!("\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        TestEnv::with_redis(
+            &format!("cluster = [{list}]"),
+            &nodes[0],
+            mongo_uri,
+            overrides,
+        )
+        .await
+    }
+
+    async fn with_redis(
+        redis_line: &str,
+        redis_url: &str,
+        mongo_uri: &str,
+        overrides: &[&str],
+    ) -> TestEnv {
         let dir = tempdir();
         let media = dir.path().join("media");
         std::fs::create_dir_all(&media).expect("media dir");
@@ -394,7 +534,7 @@ impl TestEnv {
         let text = format!(
             "listen = \"127.0.0.1:0\"\nmedia_roots = [\"{media}\"]\n\
              [mongodb]\nuri = \"{mongo_uri}\"\ndatabase = \"musicd_t{unique}\"\ntimeout_ms = 1000\n\n\
-             [redis]\nurl = \"{redis_url}\"\nprefix = \"track_t{unique}_\"\n\n\
+             [redis]\n{redis_line}\nprefix = \"track_t{unique}_\"\n\n\
              [daemon]\npid_file = \"{dir}/run/musicd.pid\"\nlog_file = \"{dir}/log/musicd.log\"\n\
              state_dir = \"{dir}/state\"\n",
             media = media.display(),

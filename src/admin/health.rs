@@ -1,0 +1,235 @@
+//! `musicctl health`: is everything musicd needs there? A probe for Nagios/Kubernetes.
+//!
+//! Four checks: Redis (PING and its latency), MongoDB (ping, and the tracks collection
+//! exists), the daemon (`/readyz` at the configured listen address) and the media roots
+//! (each readable). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd
+//! still serves every track but something is off (Redis down: it serves from MongoDB; a
+//! media root unreadable while others are fine); `down` (2) when tracks cannot be served
+//! (MongoDB down or the collection missing, the daemon not answering or not ready, no
+//! media root readable).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use mongodb::bson::doc;
+use serde::Serialize;
+
+use super::Backends;
+
+/// One check's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What was checked.
+    pub name: String,
+    /// `ok`, `degraded` or `down`.
+    pub state: Verdict,
+    /// Round trip, when measured.
+    pub latency_ms: Option<f64>,
+    /// Detail for a human.
+    pub detail: String,
+}
+
+/// Overall and per-check verdicts, ordered from good to bad.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Fine.
+    Ok,
+    /// Serving, but not as designed.
+    Degraded,
+    /// Not serving.
+    Down,
+}
+
+/// The health report.
+#[derive(Debug, Clone, Serialize)]
+pub struct HealthReport {
+    /// The worst check's verdict.
+    pub status: Verdict,
+    /// Every check.
+    pub checks: Vec<Check>,
+}
+
+impl HealthReport {
+    /// 0 healthy, 1 degraded, 2 down.
+    pub fn exit_code(&self) -> u8 {
+        match self.status {
+            Verdict::Ok => 0,
+            Verdict::Degraded => 1,
+            Verdict::Down => 2,
+        }
+    }
+
+    /// A table for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = format!("{:<10} {:<9} {:>9}  detail\n", "check", "state", "latency");
+        for check in &self.checks {
+            let latency = check
+                .latency_ms
+                .map_or_else(|| "-".to_string(), |ms| format!("{ms:.2} ms"));
+            let state = serde_json::to_value(check.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{:<10} {:<9} {:>9}  {}\n",
+                check.name, state, latency, check.detail
+            ));
+        }
+        let overall = match self.status {
+            Verdict::Ok => "healthy",
+            Verdict::Degraded => "degraded",
+            Verdict::Down => "down",
+        };
+        out.push_str(&format!("overall: {overall}\n"));
+        out
+    }
+}
+
+/// Runs every check.
+pub async fn health(backends: &Backends, listen: SocketAddr) -> HealthReport {
+    let (redis, mongodb) = tokio::join!(check_redis(backends), check_mongodb(backends));
+    let daemon = tokio::task::spawn_blocking(move || check_daemon(listen))
+        .await
+        .unwrap_or_else(|e| Check {
+            name: "daemon".into(),
+            state: Verdict::Down,
+            latency_ms: None,
+            detail: e.to_string(),
+        });
+    let media = check_media(backends);
+    let checks = vec![redis, mongodb, daemon, media];
+    HealthReport {
+        status: checks.iter().map(|c| c.state).max().unwrap_or(Verdict::Ok),
+        checks,
+    }
+}
+
+async fn check_redis(backends: &Backends) -> Check {
+    let result = backends
+        .cache
+        .link()
+        .run(|mut conn| async move {
+            let started = Instant::now();
+            redis::cmd("PING").query_async::<()>(&mut conn).await?;
+            Ok(started.elapsed())
+        })
+        .await;
+    match result {
+        Ok(latency) => Check {
+            name: "redis".into(),
+            state: Verdict::Ok,
+            latency_ms: Some(ms(latency)),
+            detail: "PONG".into(),
+        },
+        Err(err) => Check {
+            name: "redis".into(),
+            // musicd serves from MongoDB without Redis: slower, not broken.
+            state: Verdict::Degraded,
+            latency_ms: None,
+            detail: err.to_string(),
+        },
+    }
+}
+
+async fn check_mongodb(backends: &Backends) -> Check {
+    let store = &backends.store;
+    let latency = match store.ping().await {
+        Ok(latency) => latency,
+        Err(err) => {
+            return Check {
+                name: "mongodb".into(),
+                state: Verdict::Down,
+                latency_ms: None,
+                detail: err.to_string(),
+            };
+        }
+    };
+    let collection = store.collection();
+    let name = collection.name().to_string();
+    let found = collection
+        .client()
+        .database(collection.namespace().db.as_str())
+        .list_collection_names()
+        .filter(doc! { "name": &name })
+        .await;
+    let (state, detail) = match found {
+        Ok(names) if names.iter().any(|n| n == &name) => (
+            Verdict::Ok,
+            format!("collection {} present", collection.namespace()),
+        ),
+        Ok(_) => (
+            Verdict::Down,
+            format!("collection {} does not exist", collection.namespace()),
+        ),
+        Err(err) => (Verdict::Down, err.to_string()),
+    };
+    Check {
+        name: "mongodb".into(),
+        state,
+        latency_ms: Some(ms(latency)),
+        detail,
+    }
+}
+
+fn check_daemon(listen: SocketAddr) -> Check {
+    let started = Instant::now();
+    match crate::daemon::control::probe_readyz(listen) {
+        Ok((200, body)) => {
+            let degraded = body.contains("\"degraded\"");
+            Check {
+                name: "daemon".into(),
+                state: if degraded {
+                    Verdict::Degraded
+                } else {
+                    Verdict::Ok
+                },
+                latency_ms: Some(ms(started.elapsed())),
+                detail: format!("{listen} /readyz 200"),
+            }
+        }
+        Ok((code, body)) => Check {
+            name: "daemon".into(),
+            state: Verdict::Down,
+            latency_ms: Some(ms(started.elapsed())),
+            detail: format!("{listen} /readyz {code} {body}"),
+        },
+        Err(err) => Check {
+            name: "daemon".into(),
+            state: Verdict::Down,
+            latency_ms: None,
+            detail: format!("{listen}: {err}"),
+        },
+    }
+}
+
+fn check_media(backends: &Backends) -> Check {
+    let roots = backends.roots.roots();
+    let unreadable: Vec<String> = roots
+        .iter()
+        .filter(|root| std::fs::read_dir(root).is_err())
+        .map(|root| root.display().to_string())
+        .collect();
+    let state = if unreadable.is_empty() {
+        Verdict::Ok
+    } else if unreadable.len() < roots.len() {
+        Verdict::Degraded
+    } else {
+        Verdict::Down
+    };
+    let detail = if unreadable.is_empty() {
+        format!("{} root(s) readable", roots.len())
+    } else {
+        format!("unreadable: {}", unreadable.join(", "))
+    };
+    Check {
+        name: "media".into(),
+        state,
+        latency_ms: None,
+        detail,
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

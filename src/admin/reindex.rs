@@ -1,0 +1,347 @@
+//! `musicctl reindex`: rebuild the Redis cache from MongoDB, and optionally prune it.
+//!
+//! Documents stream from a cursor in batches (memory stays flat for any collection size);
+//! each batch's paths are checked on the blocking pool (exists, regular file, under a
+//! media root: the same rule the server applies) while the next batch is fetched, and the
+//! good ones are written with the configured TTL in one pipelined round trip per batch.
+//! `--prune` then scans the cache (every master of a cluster) and removes entries whose id
+//! is gone from MongoDB, whose file is gone, or whose path no longer matches the document.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use futures_util::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{Bson, Document, doc};
+use serde::Serialize;
+
+use super::{AdminError, Backends};
+use crate::catalog::mongo::{StoredPath, stored_path};
+use crate::media::{MediaError, MediaRoots};
+use crate::redis_link::{self, RedisTarget};
+
+/// How to reindex.
+#[derive(Debug, Clone)]
+pub struct ReindexOptions {
+    /// Check everything, write nothing.
+    pub dry_run: bool,
+    /// Also remove stale cache entries.
+    pub prune: bool,
+    /// Documents per batch (and keys per prune step).
+    pub batch: usize,
+}
+
+/// What a reindex did (or, in a dry run, would do).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReindexReport {
+    /// Documents read.
+    pub documents: u64,
+    /// Cache entries written.
+    pub indexed: u64,
+    /// Documents whose file does not exist (or is not a regular file).
+    pub missing_file: u64,
+    /// Documents whose path resolves outside the media roots.
+    pub outside_roots: u64,
+    /// Documents without a usable id or path.
+    pub invalid_document: u64,
+    /// Entries whose write failed.
+    pub write_failed: u64,
+    /// Cache entries examined by `--prune`.
+    pub cache_entries: u64,
+    /// Stale cache entries removed by `--prune`.
+    pub pruned: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Whether this was a dry run.
+    pub dry_run: bool,
+}
+
+/// Progress, for a progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct ReindexProgress {
+    /// Documents read so far.
+    pub documents: u64,
+    /// Entries written so far.
+    pub indexed: u64,
+    /// Cache entries pruned so far.
+    pub pruned: u64,
+}
+
+enum Verdict {
+    Index(ObjectId, String),
+    Missing,
+    Outside,
+    Invalid,
+}
+
+/// Rebuilds the cache from MongoDB (and prunes it when asked).
+pub async fn reindex(
+    backends: &Backends,
+    target: &RedisTarget,
+    timeout: Duration,
+    options: &ReindexOptions,
+    mut progress: impl FnMut(ReindexProgress),
+) -> Result<ReindexReport, AdminError> {
+    let started = Instant::now();
+    let batch_size = options.batch.max(1);
+    let field = backends.store.path_field().to_string();
+    let mut report = ReindexReport {
+        dry_run: options.dry_run,
+        ..ReindexReport::default()
+    };
+    let mut cursor = backends
+        .store
+        .collection()
+        .find(doc! {})
+        .projection(doc! { &field: 1 })
+        .batch_size(u32::try_from(batch_size).unwrap_or(u32::MAX))
+        .await?;
+    // One batch is checked on the blocking pool while the next is read from the cursor.
+    let mut checking: Option<tokio::task::JoinHandle<Vec<Verdict>>> = None;
+    loop {
+        let mut batch = Vec::with_capacity(batch_size);
+        while batch.len() < batch_size {
+            match cursor.try_next().await? {
+                Some(document) => batch.push(document),
+                None => break,
+            }
+        }
+        let last = batch.len() < batch_size;
+        report.documents += batch.len() as u64;
+        let next = if batch.is_empty() {
+            None
+        } else {
+            let roots = backends.roots.clone();
+            let field = field.clone();
+            Some(tokio::task::spawn_blocking(move || {
+                classify(&roots, &field, batch)
+            }))
+        };
+        if let Some(previous) = checking.take() {
+            let verdicts = previous
+                .await
+                .map_err(|e| AdminError::Usage(format!("path check failed: {e}")))?;
+            write_batch(backends, verdicts, options.dry_run, &mut report).await;
+            progress(ReindexProgress {
+                documents: report.documents,
+                indexed: report.indexed,
+                pruned: 0,
+            });
+        }
+        checking = next;
+        if last {
+            break;
+        }
+    }
+    if let Some(previous) = checking.take() {
+        let verdicts = previous
+            .await
+            .map_err(|e| AdminError::Usage(format!("path check failed: {e}")))?;
+        write_batch(backends, verdicts, options.dry_run, &mut report).await;
+    }
+    progress(ReindexProgress {
+        documents: report.documents,
+        indexed: report.indexed,
+        pruned: 0,
+    });
+    if options.prune {
+        prune(
+            backends,
+            target,
+            timeout,
+            options,
+            &mut report,
+            &mut progress,
+        )
+        .await?;
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn classify(roots: &MediaRoots, field: &str, batch: Vec<Document>) -> Vec<Verdict> {
+    batch
+        .into_iter()
+        .map(|document| {
+            let Ok(id) = document.get_object_id("_id") else {
+                return Verdict::Invalid;
+            };
+            let StoredPath::Path(path) = stored_path(&document, field) else {
+                return Verdict::Invalid;
+            };
+            match roots.open(&path) {
+                Ok(_) => Verdict::Index(id, path),
+                Err(MediaError::OutsideRoots | MediaError::NotAbsolute) => Verdict::Outside,
+                Err(_) => Verdict::Missing,
+            }
+        })
+        .collect()
+}
+
+async fn write_batch(
+    backends: &Backends,
+    verdicts: Vec<Verdict>,
+    dry_run: bool,
+    report: &mut ReindexReport,
+) {
+    let mut entries = Vec::with_capacity(verdicts.len());
+    for verdict in verdicts {
+        match verdict {
+            Verdict::Index(id, path) => entries.push((id, path)),
+            Verdict::Missing => report.missing_file += 1,
+            Verdict::Outside => report.outside_roots += 1,
+            Verdict::Invalid => report.invalid_document += 1,
+        }
+    }
+    if dry_run || entries.is_empty() {
+        report.indexed += entries.len() as u64;
+        return;
+    }
+    let count = entries.len() as u64;
+    match backends.cache.put_many(&entries).await {
+        Ok(()) => report.indexed += count,
+        Err(err) => {
+            tracing::warn!(error = %err, entries = count, "cache write failed");
+            report.write_failed += count;
+        }
+    }
+}
+
+async fn prune(
+    backends: &Backends,
+    target: &RedisTarget,
+    timeout: Duration,
+    options: &ReindexOptions,
+    report: &mut ReindexReport,
+    progress: &mut impl FnMut(ReindexProgress),
+) -> Result<(), AdminError> {
+    let prefix = backends.cache.prefix().as_bytes().to_vec();
+    let mut pattern = escape_glob(&prefix);
+    pattern.push(b'*');
+    for master in redis_link::masters(target, timeout).await? {
+        let mut conn = redis_link::connect_node(&master, timeout).await?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern.as_slice())
+                .arg("COUNT")
+                .arg(options.batch)
+                .query_async(&mut conn)
+                .await
+                .map_err(redis_link::LinkError::from)?;
+            report.cache_entries += keys.len() as u64;
+            let stale = stale_keys(backends, &mut conn, &prefix, keys).await?;
+            if !stale.is_empty() {
+                if options.dry_run {
+                    report.pruned += stale.len() as u64;
+                } else {
+                    let mut pipe = redis::pipe();
+                    for key in &stale {
+                        pipe.cmd("UNLINK").arg(key.as_slice());
+                    }
+                    let removed: Vec<u64> = pipe
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(redis_link::LinkError::from)?;
+                    report.pruned += removed.iter().sum::<u64>();
+                }
+            }
+            progress(ReindexProgress {
+                documents: report.documents,
+                indexed: report.indexed,
+                pruned: report.pruned,
+            });
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The keys of a SCAN step that no longer tell the truth.
+async fn stale_keys(
+    backends: &Backends,
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &[u8],
+    keys: Vec<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>, AdminError> {
+    let mut parsed = Vec::with_capacity(keys.len());
+    for key in keys {
+        // Keys under the prefix that are not `{prefix}{objectid}` are not ours: left alone.
+        let id = std::str::from_utf8(&key[prefix.len().min(key.len())..])
+            .ok()
+            .and_then(|hex| ObjectId::parse_str(hex).ok());
+        if let Some(id) = id {
+            parsed.push((key, id));
+        }
+    }
+    if parsed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for (key, _) in &parsed {
+        pipe.cmd("GET").arg(key.as_slice());
+    }
+    let values: Vec<Option<Vec<u8>>> = pipe
+        .query_async(conn)
+        .await
+        .map_err(redis_link::LinkError::from)?;
+    let ids: Vec<Bson> = parsed.iter().map(|(_, id)| Bson::ObjectId(*id)).collect();
+    let field = backends.store.path_field().to_string();
+    let mut truth: HashMap<ObjectId, StoredPath> = HashMap::with_capacity(ids.len());
+    let mut found = backends
+        .store
+        .collection()
+        .find(doc! { "_id": { "$in": ids } })
+        .projection(doc! { &field: 1 })
+        .await?;
+    while let Some(document) = found.try_next().await? {
+        if let Ok(id) = document.get_object_id("_id") {
+            truth.insert(id, stored_path(&document, &field));
+        }
+    }
+    let roots = backends.roots.clone();
+    let checks: Vec<(Vec<u8>, ObjectId, Option<Vec<u8>>)> = parsed
+        .into_iter()
+        .zip(values)
+        .map(|((key, id), value)| (key, id, value))
+        .collect();
+    let stale = tokio::task::spawn_blocking(move || {
+        checks
+            .into_iter()
+            .filter(|(_, id, value)| match (value.as_deref(), truth.get(id)) {
+                // Expired between SCAN and GET: nothing to do.
+                (None, _) => false,
+                // A negative entry for an id that now exists hides a real track.
+                (Some([]), Some(_)) => true,
+                (Some([]), None) => false,
+                // A path for an id MongoDB no longer has.
+                (Some(_), None) => true,
+                (Some(cached), Some(StoredPath::Path(path))) => {
+                    cached != path.as_bytes() || roots.open(path).is_err()
+                }
+                (Some(_), Some(StoredPath::Invalid(_))) => true,
+            })
+            .map(|(key, _, _)| key)
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|e| AdminError::Usage(format!("prune check failed: {e}")))?;
+    Ok(stale)
+}
+
+/// Escapes glob metacharacters so a prefix matches literally in `SCAN MATCH`.
+pub fn escape_glob(literal: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(literal.len());
+    for &b in literal {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
