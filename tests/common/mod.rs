@@ -420,15 +420,13 @@ impl RedisCluster {
 }
 
 /// A single-node MongoDB replica set (`rs0`), initiated and primary.
-pub fn mongo_replica_set() -> Server {
-    let server = Server::start(Kind::ReplicaSet, tempdir());
+pub async fn mongo_replica_set() -> Server {
+    let server = tokio::task::block_in_place(|| Server::start(Kind::ReplicaSet, tempdir()));
     let direct = format!("mongodb://127.0.0.1:{}/?directConnection=true", server.port);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(async {
-        let client = mongodb::Client::with_uri_str(&direct).await.expect("client");
+    {
+        let client = mongodb::Client::with_uri_str(&direct)
+            .await
+            .expect("client");
         let admin = client.database("admin");
         let config = doc! { "_id": "rs0", "members": [ { "_id": 0, "host": format!("127.0.0.1:{}", server.port) } ] };
         admin
@@ -444,7 +442,7 @@ pub fn mongo_replica_set() -> Server {
             assert!(Instant::now() < deadline, "replica set never got a primary");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    });
+    }
     server
 }
 
