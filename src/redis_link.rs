@@ -83,7 +83,8 @@ impl ConnectionLike for RedisConn {
 
 enum Client {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    // Boxed: the cluster client is twice the size of the single one.
+    Cluster(Box<ClusterClient>),
 }
 
 /// A shared, reconnecting Redis connection.
@@ -109,14 +110,14 @@ impl RedisLink {
             RedisTarget::Single(url) => {
                 Client::Single(redis::Client::open(url.as_str()).map_err(LinkError::Url)?)
             }
-            RedisTarget::Cluster(nodes) => Client::Cluster(
+            RedisTarget::Cluster(nodes) => Client::Cluster(Box::new(
                 ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
                     .retries(1)
                     .build()
                     .map_err(LinkError::Url)?,
-            ),
+            )),
         };
         Ok(RedisLink {
             client,
