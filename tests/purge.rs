@@ -146,7 +146,7 @@ async fn purge_scans_every_master_of_a_redis_cluster() {
     let env = TestEnv::with_cluster(&cluster.urls(), &shared_mongo().mongo_uri(), &[]).await;
     let prefix = env.config.redis.prefix.clone();
     let client = redis::cluster::ClusterClient::new(cluster.urls()).expect("cluster client");
-    let mut conn = client
+    let conn = client
         .get_async_connection()
         .await
         .expect("cluster connection");
