@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
@@ -85,6 +87,9 @@ pub async fn purge(
     };
     for (index, master) in masters.iter().enumerate() {
         let mut conn = redis_link::connect_node(master, timeout).await?;
+        // UNLINKs run while the next SCAN step is under way (the connection multiplexes),
+        // a few batches deep, so the walk is not one round trip per step slower.
+        let mut unlinking = FuturesUnordered::new();
         let mut cursor: u64 = 0;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
@@ -103,14 +108,16 @@ pub async fn purge(
             {
                 report.sample.push(escape(key));
             }
-            if !options.dry_run {
-                for chunk in keys.chunks(options.batch.max(1)) {
-                    match unlink(&mut conn, chunk, cluster).await {
-                        Ok(removed) => report.removed += removed,
-                        Err(err) => {
-                            tracing::warn!(node = %master, error = %err, keys = chunk.len(), "UNLINK failed");
-                            report.failed += chunk.len() as u64;
-                        }
+            if !options.dry_run && !keys.is_empty() {
+                let conn = conn.clone();
+                unlinking.push(async move {
+                    let mut conn = conn;
+                    let result = unlink(&mut conn, &keys, cluster).await;
+                    (keys.len() as u64, result)
+                });
+                while unlinking.len() >= UNLINKS_IN_FLIGHT {
+                    if let Some(done) = unlinking.next().await {
+                        account(&mut report, master, done);
                     }
                 }
             }
@@ -128,6 +135,9 @@ pub async fn purge(
                 tokio::time::sleep(options.pause).await;
             }
         }
+        while let Some(done) = unlinking.next().await {
+            account(&mut report, master, done);
+        }
     }
     progress(PurgeProgress {
         matched: report.matched,
@@ -137,6 +147,23 @@ pub async fn purge(
     });
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// Batches being unlinked at once per master.
+const UNLINKS_IN_FLIGHT: usize = 4;
+
+fn account(
+    report: &mut PurgeReport,
+    master: &str,
+    (count, result): (u64, redis::RedisResult<u64>),
+) {
+    match result {
+        Ok(removed) => report.removed += removed,
+        Err(err) => {
+            tracing::warn!(node = %master, error = %err, keys = count, "UNLINK failed");
+            report.failed += count;
+        }
+    }
 }
 
 async fn unlink(
