@@ -91,7 +91,7 @@ mkdir -p bench/results
   echo "| task | wall time (s) | peak RSS (MiB) | notes |"
   echo "|---|---|---|---|"
   echo "| \`musicctl purge 'track_*'\` | $mo_t | $mo_m | SCAN COUNT 1000 + UNLINK 1000 keys per round trip |"
-  echo "| \`redis-cli --scan --pattern 'track_*' \\| xargs -d '\\\\n' redis-cli UNLINK\` | $th_t | $th_m | the shell pipeline it replaces |"
+  echo "| \`redis-cli --scan --pattern 'track_*' \\| xargs -d '\\n' redis-cli UNLINK\` | $th_t | $th_m | the shell pipeline it replaces |"
   echo "| ratio (pipeline / musicctl) | $(python3 -c "print(round($th_t/$mo_t, 2))") | | > 1 means musicctl is faster |"
   echo "| \`musicctl reindex\` | $r_t | $r_m | $r_rate documents/s, 1000 files on disk |"
 } | tee bench/results/admin.md
