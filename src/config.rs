@@ -100,6 +100,22 @@ pub struct Config {
     pub redis: RedisConfig,
     /// Process supervision settings (`musicd start`).
     pub daemon: DaemonConfig,
+    /// In-process caches.
+    pub cache: CacheConfig,
+}
+
+/// The in-process caches in front of Redis and the disk.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// How long an id -> path answer is reused without asking Redis (0 disables). This is
+    /// also how long a purge or a changed document can take to reach this process.
+    pub id_ttl: Duration,
+    /// Most ids held.
+    pub id_max_entries: usize,
+    /// Files up to this size are kept in memory (revalidated by metadata on every request).
+    pub file_max_bytes: u64,
+    /// Memory for cached files in all (0 disables the file cache).
+    pub file_total_bytes: u64,
 }
 
 /// How `musicd start` supervises the server.
@@ -174,6 +190,17 @@ struct RawConfig {
     redis: RawRedis,
     #[serde(default)]
     daemon: RawDaemon,
+    #[serde(default)]
+    cache: RawCache,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    id_ttl_ms: Option<u64>,
+    id_max_entries: Option<usize>,
+    file_max_bytes: Option<u64>,
+    file_total_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -212,7 +239,7 @@ struct RawRedis {
 }
 
 /// Tables whose keys may be set from `MUSICD_<TABLE>_<KEY>`.
-const TABLES: &[&str] = &["mongodb", "redis", "daemon", "limits"];
+const TABLES: &[&str] = &["mongodb", "redis", "daemon", "cache", "limits"];
 
 /// Where the configuration comes from; see [`Config::load`].
 #[derive(Debug, Default, Clone)]
@@ -519,6 +546,19 @@ impl RawConfig {
             stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
         };
 
+        let cache = CacheConfig {
+            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(1000)),
+            id_max_entries: self.cache.id_max_entries.unwrap_or(100_000),
+            file_max_bytes: self.cache.file_max_bytes.unwrap_or(8 * 1024 * 1024),
+            file_total_bytes: self.cache.file_total_bytes.unwrap_or(256 * 1024 * 1024),
+        };
+        if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
+            return Err(err_at(
+                "cache.file_max_bytes",
+                "must not exceed cache.file_total_bytes".into(),
+            ));
+        }
+
         Ok(Config {
             source: file,
             listen,
@@ -534,6 +574,7 @@ impl RawConfig {
             mongodb,
             redis,
             daemon,
+            cache,
         })
     }
 }
@@ -753,10 +794,11 @@ mod tests {
             ("mongodb.", "[mongodb]\nzz_probe = 1"),
             ("redis.", "[redis]\nzz_probe = 1"),
             ("daemon.", "[daemon]\nzz_probe = 1"),
+            ("cache.", "[cache]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
-                if matches!(key.as_str(), "mongodb" | "redis" | "daemon") {
+                if matches!(key.as_str(), "mongodb" | "redis" | "daemon" | "cache") {
                     continue;
                 }
                 assert!(keys.contains(&key), "deploy/musicd.toml lacks {key}");

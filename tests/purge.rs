@@ -207,15 +207,72 @@ async fn purge_while_musicd_serves_costs_no_request_and_the_cache_refills() {
         "{:?}",
         report.samples
     );
-    let response = common::client()
-        .get(server.track_url(&id))
-        .send()
+    // Once the in-process answer (1 s) runs out, the next request refills Redis from MongoDB.
+    let mut refilled = false;
+    for _ in 0..30 {
+        let response = common::client()
+            .get(server.track_url(&id))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(response.status(), reqwest::StatusCode::OK);
+        if env.cached(&id).await == Some(path.display().to_string().into_bytes()) {
+            refilled = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(refilled, "the cache was not repopulated from MongoDB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_reaches_every_running_musicd_within_a_second() {
+    let env = TestEnv::new().await;
+    let (id, old_path) = env.track("v1.mp3", b"old version").await;
+    let new_path = env.write_file("v2.mp3", b"new version");
+    let servers = [env.musicd().await, env.musicd().await];
+    for server in &servers {
+        let body = common::client()
+            .get(server.track_url(&id))
+            .send()
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body");
+        assert_eq!(body.as_ref(), b"old version");
+    }
+    // The catalogue moves the track; the operator purges its cache entry.
+    env.tracks
+        .update_one(
+            mongodb::bson::doc! { "_id": id },
+            mongodb::bson::doc! { "$set": { "path": new_path.display().to_string() } },
+        )
         .await
-        .expect("GET");
-    assert_eq!(response.status(), reqwest::StatusCode::OK);
-    assert_eq!(
-        env.cached(&id).await,
-        Some(path.display().to_string().into_bytes()),
-        "repopulated from MongoDB"
-    );
+        .expect("update");
+    let purged_at = std::time::Instant::now();
+    let (code, _, _) = tokio::task::block_in_place(|| run_purge(&env, &["--id", &id.to_hex()]));
+    assert_eq!(code, Some(0));
+    for server in &servers {
+        loop {
+            let body = common::client()
+                .get(server.track_url(&id))
+                .send()
+                .await
+                .expect("GET")
+                .bytes()
+                .await
+                .expect("body");
+            if body.as_ref() == b"new version" {
+                break;
+            }
+            assert_eq!(body.as_ref(), b"old version");
+            assert!(
+                purged_at.elapsed() < std::time::Duration::from_millis(1100),
+                "the purge did not reach a musicd within 1 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    let _ = old_path;
 }

@@ -194,27 +194,31 @@ async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
-    let env = env_with(&["daemon.stop_timeout_secs=2"]).await;
-    let bytes = pattern(8 * 1024 * 1024, 3);
+    // Streamed from disk: larger than the in-memory file cache admits.
+    let env = env_with(&["daemon.stop_timeout_secs=2", "cache.file_max_bytes=1048576"]).await;
+    let bytes = pattern(32 * 1024 * 1024, 3);
     let (id, _) = env.track("c.mp3", &bytes).await;
 
-    for (pause, should_complete) in [
-        (Duration::from_millis(2), true),
-        (Duration::from_millis(400), false),
-    ] {
+    // A throttled player: 32 MiB at 32 MB/s ends in about 1 s (within the 2 s deadline);
+    // at 2 MB/s it would need 16 s and is cut.
+    for (bytes_per_sec, should_complete) in [(32_000_000f64, true), (2_000_000f64, false)] {
         let daemon = Supervised::start(&env);
         let url = format!("{}/musicdb/{}/c.mp3", daemon.base_url(), id.to_hex());
         let supervisor = daemon.supervisor_pid();
         let mut response = client().get(&url).send().await.expect("GET");
         let mut received = 0usize;
         let reader = tokio::spawn(async move {
+            let started = Instant::now();
             loop {
                 match response.chunk().await {
                     Ok(Some(chunk)) => received += chunk.len(),
                     Ok(None) => return (received, true),
                     Err(_) => return (received, false),
                 }
-                tokio::time::sleep(pause).await;
+                let due = Duration::from_secs_f64(received as f64 / bytes_per_sec);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    tokio::time::sleep(wait).await;
+                }
             }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -7,6 +7,7 @@
 //! others get [`ResolveError::StoreUnavailable`] (the HTTP layer turns that into 503).
 
 pub mod cache;
+pub mod local;
 pub mod mongo;
 
 use std::collections::HashMap;
@@ -19,6 +20,7 @@ use futures_util::future::{BoxFuture, Shared};
 use mongodb::bson::oid::ObjectId;
 
 pub use cache::{Cached, TrackCache};
+pub use local::{Local, LocalCache};
 pub use mongo::{StoredPath, TrackStore};
 
 /// Why an id could not be resolved.
@@ -35,6 +37,8 @@ pub enum ResolveError {
 /// Where an answer came from; logged with every request and counted in metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CacheOutcome {
+    /// The in-process cache had the answer (path or negative) from the last second.
+    Local,
     /// Redis had the path.
     Hit,
     /// Redis had nothing; MongoDB answered.
@@ -51,6 +55,7 @@ impl CacheOutcome {
     /// Lower-case name for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
+            CacheOutcome::Local => "local",
             CacheOutcome::Hit => "hit",
             CacheOutcome::Miss => "miss",
             CacheOutcome::Negative => "negative",
@@ -85,6 +90,7 @@ type Inflight = Arc<Mutex<HashMap<ObjectId, (u64, SharedLookup)>>>;
 
 /// Read-through resolver shared by all requests.
 pub struct Resolver {
+    local: LocalCache,
     cache: TrackCache,
     store: TrackStore,
     inflight: Inflight,
@@ -92,9 +98,10 @@ pub struct Resolver {
 }
 
 impl Resolver {
-    /// A resolver over a cache and a store.
-    pub fn new(cache: TrackCache, store: TrackStore) -> Resolver {
+    /// A resolver over a local cache, Redis and MongoDB.
+    pub fn new(local: LocalCache, cache: TrackCache, store: TrackStore) -> Resolver {
         Resolver {
+            local,
             cache,
             store,
             inflight: Arc::new(Mutex::new(HashMap::new())),
@@ -115,6 +122,16 @@ impl Resolver {
     /// Resolves an id to the path its document names.
     pub async fn resolve(&self, id: &ObjectId) -> Result<Resolution, ResolveError> {
         let started = Instant::now();
+        if let Some(local) = self.local.get(id) {
+            return Ok(Resolution {
+                path: match local {
+                    Local::Path(path) => Some(path.to_string()),
+                    Local::Absent => None,
+                },
+                outcome: CacheOutcome::Local,
+                elapsed: started.elapsed(),
+            });
+        }
         let (stored, outcome) = match self.cache.get(id).await {
             Ok(Cached::Path(path)) => (Some(StoredPath::Path(path)), CacheOutcome::Hit),
             Ok(Cached::Absent) => (None, CacheOutcome::Negative),
@@ -129,6 +146,13 @@ impl Resolver {
             Some(StoredPath::Path(path)) => Some(path),
             Some(StoredPath::Invalid(why)) => return Err(ResolveError::InvalidDocument(why)),
         };
+        // Answers that came straight from MongoDB (Redis down) are kept too: the local
+        // cache is then what shields MongoDB from the full request rate.
+        let local = match &path {
+            Some(path) => Local::Path(path.as_str().into()),
+            None => Local::Absent,
+        };
+        self.local.put(*id, local);
         Ok(Resolution {
             path,
             outcome,

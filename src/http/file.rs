@@ -1,10 +1,12 @@
 //! Serving one resolved file: conditional requests, ranges, HEAD, MIME, offload.
 //!
-//! Everything that touches the disk for a request (confining the path, opening, `fstat`,
-//! and reading a small body) happens in one hop to the blocking pool in [`prepare`]; the
-//! decisions in between are the pure functions of [`super::conditional`] and
-//! [`super::range`]. Large bodies stream from the already-open file (see [`super::body`]),
-//! so a file replaced by rename mid-stream keeps sending the version that was opened.
+//! A hot file is answered from memory on the async thread ([`from_memory`], one `stat` to
+//! prove the copy is current). Otherwise everything that touches the disk (confining the
+//! path, opening, `fstat`, reading a file small enough to cache) happens in one hop to the
+//! blocking pool in [`prepare`]. The decisions in between are the pure functions of
+//! [`super::conditional`] and [`super::range`]. Large bodies stream from the already-open
+//! file (see [`super::body`]), so a file replaced by rename mid-stream keeps sending the
+//! version that was opened.
 
 use std::fs::File;
 use std::path::Path;
@@ -18,6 +20,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use super::body::{Segment, read_chunk, segments_body};
 use super::conditional::{Preconditions, Validators, Verdict, evaluate};
 use super::error::{ApiError, json_status};
+use super::filecache::{CachedFile, FileCache, Identity};
 use super::mime::content_type;
 use super::range::{RangeDecision, decide};
 use crate::config::ServeMode;
@@ -77,7 +80,6 @@ impl FileRequest {
 }
 
 /// Settings of the file server, taken from the config once.
-#[derive(Debug, Clone)]
 pub struct FileSettings {
     /// Where the files may be.
     pub roots: MediaRoots,
@@ -89,6 +91,39 @@ pub struct FileSettings {
     pub max_ranges: usize,
     /// nginx internal location for x-accel-redirect.
     pub accel_location: String,
+    /// Small hot files in memory.
+    pub cache: FileCache,
+}
+
+/// Where the bytes of an answer come from.
+enum Source {
+    /// The whole file, in memory.
+    Memory(Bytes),
+    /// An open file.
+    Disk(File),
+}
+
+/// The hot path: answers from the in-memory copy when it is still the file on disk. Runs
+/// on the async thread (one `stat`, no blocking-pool hop); `None` means "go to disk".
+pub fn from_memory(
+    settings: &FileSettings,
+    id: &str,
+    raw_path: &str,
+    request: &FileRequest,
+) -> Option<Result<Response<Body>, ApiError>> {
+    if settings.mode != ServeMode::Direct {
+        return None;
+    }
+    let cached = settings.cache.get_fresh(raw_path)?;
+    Some(respond(
+        settings,
+        id,
+        &cached.path,
+        cached.bytes.len() as u64,
+        cached.modified,
+        Source::Memory(cached.bytes.clone()),
+        request,
+    ))
 }
 
 /// Opens and evaluates the file for the request, on the blocking pool.
@@ -107,7 +142,8 @@ pub async fn serve(
         })?
 }
 
-/// The synchronous part: confine, open, stat, decide, and read a small body.
+/// The synchronous part: confine, open, stat, decide, and read a small body (keeping it
+/// in the file cache when it fits).
 pub fn prepare(
     settings: &FileSettings,
     id: &str,
@@ -121,22 +157,61 @@ pub fn prepare(
             id: id.to_string(),
             source,
         })?;
-    match settings.mode {
-        ServeMode::Direct => direct(settings, id, media, request),
-        ServeMode::XAccelRedirect | ServeMode::XSendfile => Ok(offload(settings, &media)),
+    if settings.mode != ServeMode::Direct {
+        return Ok(offload(settings, &media));
     }
-}
-
-fn direct(
-    settings: &FileSettings,
-    id: &str,
-    media: MediaFile,
-    request: &FileRequest,
-) -> Result<Response<Body>, ApiError> {
     let size = media.metadata.len();
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+    if settings.cache.admits(size)
+        && let Some(bytes) = read_whole(&media)
+    {
+        let cached = settings.cache.insert(
+            raw_path,
+            CachedFile::new(bytes, &media.metadata, media.path.clone()),
+        );
+        let bytes = cached.bytes.clone();
+        return respond(
+            settings,
+            id,
+            &media.path,
+            size,
+            modified,
+            Source::Memory(bytes),
+            request,
+        );
+    }
+    let path = media.path.clone();
+    respond(
+        settings,
+        id,
+        &path,
+        size,
+        modified,
+        Source::Disk(media.file),
+        request,
+    )
+}
+
+/// Reads the whole file if it did not change while being read (else `None`: stream it).
+fn read_whole(media: &MediaFile) -> Option<Bytes> {
+    let size = usize::try_from(media.metadata.len()).ok()?;
+    let bytes = read_chunk(&media.file, 0, size).ok()?;
+    let after = media.file.metadata().ok()?;
+    (Identity::of(&after) == Identity::of(&media.metadata)).then_some(bytes)
+}
+
+/// Builds the answer: conditional requests, ranges, headers, body.
+fn respond(
+    settings: &FileSettings,
+    id: &str,
+    path: &Path,
+    size: u64,
+    modified: std::time::SystemTime,
+    source: Source,
+    request: &FileRequest,
+) -> Result<Response<Body>, ApiError> {
     let validators = Validators::new(size, modified);
-    let mime = content_type(&media.path);
+    let mime = content_type(path);
 
     let mut response = Response::builder()
         .header(header::ETAG, &validators.etag)
@@ -164,10 +239,9 @@ fn direct(
         (Some(range), Verdict::Proceed) => decide(range, size, settings.max_ranges),
         _ => RangeDecision::Full,
     };
-    response = response.header(header::ACCEPT_RANGES, "bytes").header(
-        header::CONTENT_DISPOSITION,
-        content_disposition(&media.path),
-    );
+    response = response
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_DISPOSITION, content_disposition(path));
 
     let (status, segments) = match decision {
         RangeDecision::Unsatisfiable => {
@@ -221,12 +295,42 @@ fn direct(
     let body = if request.head || length == 0 {
         Body::empty()
     } else {
-        inline_or_stream(media.file, segments, length).map_err(|source| ApiError::Io {
-            id: id.to_string(),
-            source,
-        })?
+        match source {
+            Source::Memory(bytes) => Body::from(from_bytes(&bytes, segments)),
+            Source::Disk(file) => {
+                inline_or_stream(file, segments, length).map_err(|source| ApiError::Io {
+                    id: id.to_string(),
+                    source,
+                })?
+            }
+        }
     };
     response.body(body).map_err(|e| internal(id, e))
+}
+
+/// The body from an in-memory file: zero-copy slices for one part, one buffer for several.
+fn from_bytes(file: &Bytes, segments: Vec<Segment>) -> Bytes {
+    let slice = |offset: u64, len: u64| {
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(file.len());
+        let end = start
+            .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
+            .min(file.len());
+        file.slice(start..end)
+    };
+    if let [Segment::File { offset, len }] = segments.as_slice() {
+        return slice(*offset, *len);
+    }
+    let total: u64 = segments.iter().map(Segment::len).sum();
+    let mut out = BytesMut::with_capacity(usize::try_from(total).unwrap_or(0));
+    for segment in segments {
+        match segment {
+            Segment::Bytes(bytes) => out.put(bytes),
+            Segment::File { offset, len } => out.put(slice(offset, len)),
+        }
+    }
+    out.freeze()
 }
 
 /// Small bodies are read now, in this blocking hop; large ones stream.

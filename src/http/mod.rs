@@ -10,6 +10,7 @@ pub mod body;
 pub mod conditional;
 pub mod error;
 pub mod file;
+pub mod filecache;
 pub mod mime;
 pub mod ops;
 pub mod range;
@@ -35,7 +36,7 @@ use hyper_util::service::TowerToHyperService;
 use mongodb::bson::oid::ObjectId;
 use tokio::net::TcpListener;
 
-use crate::catalog::{CacheOutcome, Resolver, TrackCache, TrackStore};
+use crate::catalog::{CacheOutcome, LocalCache, Resolver, TrackCache, TrackStore};
 use crate::config::Config;
 use crate::media::MediaRoots;
 use crate::redis_link::RedisLink;
@@ -84,9 +85,17 @@ impl AppState {
                 .map_err(|_| ServerError::CacheControl)?,
             max_ranges: config.max_ranges,
             accel_location: config.accel_location.clone(),
+            cache: filecache::FileCache::new(
+                config.cache.file_max_bytes,
+                config.cache.file_total_bytes,
+            ),
         };
         Ok(AppState {
-            resolver: Arc::new(Resolver::new(cache, store)),
+            resolver: Arc::new(Resolver::new(
+                LocalCache::new(config.cache.id_ttl, config.cache.id_max_entries),
+                cache,
+                store,
+            )),
             files: Arc::new(files),
             started: Instant::now(),
         })
@@ -139,6 +148,9 @@ async fn track_response(
         return (resolution.outcome, Err(ApiError::UnknownId { id }));
     };
     let request = FileRequest::from_parts(method, headers);
+    if let Some(answer) = file::from_memory(&state.files, &id, &path, &request) {
+        return (resolution.outcome, answer);
+    }
     let served = file::serve(Arc::clone(&state.files), id, path, request).await;
     (resolution.outcome, served)
 }

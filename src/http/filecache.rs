@@ -1,0 +1,232 @@
+//! Small hot files kept in memory, never served stale.
+//!
+//! Sending a small file from memory is cheaper than any read path (no blocking-pool hop,
+//! no read syscalls), and that is where musicd beats a static server that does no lookup at
+//! all. The price is staleness risk, so every hit re-checks the file's metadata with one
+//! `stat` of the document path: device, inode, size and modification time (ns) must all
+//! match what was cached, or the entry is ignored and the file is read again. A file
+//! replaced by rename has a new inode; one rewritten in place has a new mtime; one that
+//! vanished fails the stat. Because the stat follows the same path the cached copy was
+//! confined from, a symlink re-pointed elsewhere shows up as another inode too.
+//!
+//! Memory is bounded by `file_total_bytes`; when full, the least recently used entries go.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+
+/// What identifies one version of a file on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl Identity {
+    /// The identity in `metadata`.
+    pub fn of(metadata: &std::fs::Metadata) -> Identity {
+        Identity {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            len: metadata.len(),
+            mtime: metadata.mtime(),
+            mtime_nsec: metadata.mtime_nsec(),
+        }
+    }
+}
+
+/// One cached file: its bytes plus what was true of it when read.
+#[derive(Debug)]
+pub struct CachedFile {
+    /// The whole file.
+    pub bytes: Bytes,
+    /// What it was when read.
+    pub identity: Identity,
+    /// Its metadata, for validators.
+    pub modified: std::time::SystemTime,
+    /// Canonical path (for the content type and disposition).
+    pub path: std::path::PathBuf,
+    last_used: AtomicU64,
+}
+
+impl CachedFile {
+    /// A cache entry for `bytes` read from a file with this metadata.
+    pub fn new(bytes: Bytes, metadata: &std::fs::Metadata, path: std::path::PathBuf) -> CachedFile {
+        CachedFile {
+            bytes,
+            identity: Identity::of(metadata),
+            modified: metadata.modified().unwrap_or(std::time::UNIX_EPOCH),
+            path,
+            last_used: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The cache, keyed by the document's path as written.
+pub struct FileCache {
+    files: RwLock<HashMap<Arc<str>, Arc<CachedFile>>>,
+    max_file: u64,
+    budget: u64,
+    used: AtomicU64,
+    clock: AtomicU64,
+}
+
+impl FileCache {
+    /// A cache for files up to `max_file` bytes, `budget` bytes in all (0: disabled).
+    pub fn new(max_file: u64, budget: u64) -> FileCache {
+        FileCache {
+            files: RwLock::new(HashMap::new()),
+            max_file: if budget == 0 { 0 } else { max_file },
+            budget,
+            used: AtomicU64::new(0),
+            clock: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether a file of `len` bytes would be kept.
+    pub fn admits(&self, len: u64) -> bool {
+        len <= self.max_file
+    }
+
+    /// The cached copy of `raw_path`, if it is still exactly the file on disk.
+    ///
+    /// Makes one `stat` call on the calling thread: cheap for local files, and the price of
+    /// never serving a stale copy.
+    pub fn get_fresh(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
+        if self.max_file == 0 {
+            return None;
+        }
+        let cached = self
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(raw_path)
+            .cloned()?;
+        let metadata = std::fs::metadata(raw_path).ok()?;
+        if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
+            return None;
+        }
+        cached.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        Some(cached)
+    }
+
+    /// Keeps `file` for `raw_path`, evicting the least recently used files if needed.
+    pub fn insert(&self, raw_path: &str, file: CachedFile) -> Arc<CachedFile> {
+        let file = Arc::new(file);
+        let len = file.bytes.len() as u64;
+        if !self.admits(len) {
+            return file;
+        }
+        file.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = files.remove(raw_path) {
+            self.used
+                .fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+        }
+        while self.used.load(Ordering::Relaxed) + len > self.budget {
+            let Some(victim) = files
+                .iter()
+                .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| Arc::clone(k))
+            else {
+                break;
+            };
+            if let Some(old) = files.remove(&victim) {
+                self.used
+                    .fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+            }
+        }
+        self.used.fetch_add(len, Ordering::Relaxed);
+        files.insert(Arc::from(raw_path), Arc::clone(&file));
+        file
+    }
+
+    /// Bytes held.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Files held.
+    pub fn len(&self) -> usize {
+        self.files.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Whether no file is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &std::path::Path, bytes: &[u8]) -> CachedFile {
+        std::fs::write(path, bytes).expect("write");
+        let metadata = std::fs::metadata(path).expect("stat");
+        CachedFile::new(Bytes::copy_from_slice(bytes), &metadata, path.to_path_buf())
+    }
+
+    #[test]
+    fn a_replaced_or_rewritten_file_is_not_served_from_memory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.mp3");
+        let raw = path.to_str().expect("utf8");
+        let cache = FileCache::new(1000, 10_000);
+        cache.insert(raw, entry(&path, b"version 1"));
+        assert_eq!(
+            cache.get_fresh(raw).expect("fresh").bytes.as_ref(),
+            b"version 1"
+        );
+
+        // Replaced by rename: new inode.
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"version 2").expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        assert!(cache.get_fresh(raw).is_none());
+
+        // Rewritten in place with the same length: new mtime.
+        cache.insert(raw, entry(&path, b"version 3"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(&path, b"version 4").expect("write");
+        assert!(cache.get_fresh(raw).is_none());
+
+        std::fs::remove_file(&path).expect("rm");
+        assert!(cache.get_fresh(raw).is_none());
+    }
+
+    #[test]
+    fn memory_stays_within_budget_evicting_the_least_recently_used() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = FileCache::new(400, 1000);
+        let paths: Vec<_> = (0..4).map(|i| dir.path().join(format!("{i}"))).collect();
+        for path in &paths[..3] {
+            cache.insert(path.to_str().expect("utf8"), entry(path, &[0u8; 300]));
+        }
+        // Touch the first so the second is the least recently used.
+        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_some());
+        cache.insert(
+            paths[3].to_str().expect("utf8"),
+            entry(&paths[3], &[0u8; 300]),
+        );
+        assert!(cache.used_bytes() <= 1000);
+        assert!(cache.get_fresh(paths[1].to_str().expect("utf8")).is_none());
+        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_some());
+        // Too big for the cache: not kept.
+        let big = dir.path().join("big");
+        cache.insert(big.to_str().expect("utf8"), entry(&big, &[0u8; 500]));
+        assert!(cache.get_fresh(big.to_str().expect("utf8")).is_none());
+    }
+}
