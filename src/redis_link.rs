@@ -7,7 +7,7 @@
 //! are logged once each, not once per request.
 
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -101,6 +101,8 @@ pub struct RedisLink {
     next_attempt: std::sync::Mutex<Instant>,
     /// Last known state, for logging transitions once.
     up: AtomicBool,
+    /// Commands that failed (for metrics).
+    errors: AtomicU64,
 }
 
 impl RedisLink {
@@ -126,6 +128,7 @@ impl RedisLink {
             reconnecting: tokio::sync::Mutex::new(()),
             next_attempt: std::sync::Mutex::new(Instant::now()),
             up: AtomicBool::new(true),
+            errors: AtomicU64::new(0),
         })
     }
 
@@ -134,8 +137,25 @@ impl RedisLink {
         self.up.load(Ordering::Relaxed)
     }
 
+    /// Commands that failed since start (unreachable, timed out, or refused).
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
     /// Runs one command (or pipeline) on the shared connection.
     pub async fn run<T, F, Fut>(&self, command: F) -> Result<T, LinkError>
+    where
+        F: FnOnce(RedisConn) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let result = self.run_once(command).await;
+        if result.is_err() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn run_once<T, F, Fut>(&self, command: F) -> Result<T, LinkError>
     where
         F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,

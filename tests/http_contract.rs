@@ -657,3 +657,68 @@ async fn healthz_and_readyz_report_json() {
     assert_eq!(body["redis"]["ok"], true);
     assert_eq!(body["mongodb"]["ok"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
+    let env = TestEnv::new().await;
+    let (id, _) = env.track("m.mp3", &pattern(1000, 12)).await;
+    let server = env.musicd().await;
+    for _ in 0..3 {
+        let response = client()
+            .get(server.track_url(&id))
+            .send()
+            .await
+            .expect("GET");
+        response.bytes().await.expect("body");
+    }
+    let unknown = ObjectId::new();
+    client()
+        .get(server.track_url(&unknown))
+        .send()
+        .await
+        .expect("GET");
+    client()
+        .get(server.url("/musicdb/bad/x.mp3"))
+        .send()
+        .await
+        .expect("GET");
+    // Let the access layer count the last body (it counts when the body is dropped).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let response = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(h(response.headers(), "content-type").starts_with("text/plain; version=0.0.4"));
+    let text = response.text().await.expect("text");
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} missing in\n{text}"))
+    };
+    assert_eq!(
+        value("musicd_requests_total{route=\"track\",status=\"200\"}"),
+        3.0
+    );
+    assert_eq!(
+        value("musicd_requests_total{route=\"track\",status=\"404\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("musicd_requests_total{route=\"track\",status=\"400\"}"),
+        1.0
+    );
+    assert_eq!(value("musicd_id_cache_total{outcome=\"miss\"}"), 2.0);
+    assert_eq!(value("musicd_id_cache_total{outcome=\"local\"}"), 2.0);
+    assert_eq!(value("musicd_file_cache_total{result=\"hit\"}"), 2.0);
+    assert_eq!(value("musicd_file_cache_total{result=\"miss\"}"), 1.0);
+    assert!(value("musicd_sent_bytes_total") >= 3000.0);
+    assert_eq!(value("musicd_resolve_seconds_count"), 4.0);
+    assert_eq!(
+        value("musicd_in_flight_responses"),
+        1.0,
+        "only the /metrics answer itself"
+    );
+}

@@ -109,6 +109,11 @@ impl Resolver {
         }
     }
 
+    /// Ids held in the in-process cache.
+    pub fn local_len(&self) -> usize {
+        self.local.len()
+    }
+
     /// The Redis cache.
     pub fn cache(&self) -> &TrackCache {
         &self.cache

@@ -20,6 +20,7 @@ pub mod sys;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, RawFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -195,6 +196,7 @@ async fn serve_until_stopped(
         },
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
+    let metrics = Arc::clone(&state.metrics);
     let app = http::router(state, &config.route_prefixes);
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
@@ -211,6 +213,7 @@ async fn serve_until_stopped(
     tokio::spawn(other_signals(options.log_file.clone()));
     let options = ServeOptions {
         grace: config.daemon.stop_timeout,
+        metrics: Some(metrics),
         ..ServeOptions::default()
     };
     let stop = async {

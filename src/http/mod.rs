@@ -11,6 +11,7 @@ pub mod conditional;
 pub mod error;
 pub mod file;
 pub mod filecache;
+pub mod metrics;
 pub mod mime;
 pub mod ops;
 pub mod range;
@@ -69,6 +70,8 @@ pub struct AppState {
     pub files: Arc<FileSettings>,
     /// For `/healthz` uptime.
     pub started: Instant,
+    /// Counters for `/metrics`.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -98,6 +101,7 @@ impl AppState {
             )),
             files: Arc::new(files),
             started: Instant::now(),
+            metrics: Arc::new(metrics::Metrics::default()),
         })
     }
 }
@@ -106,14 +110,15 @@ impl AppState {
 pub fn router(state: AppState, prefixes: &[String]) -> Router {
     let mut app = Router::new()
         .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz));
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics));
     for prefix in prefixes {
         app = app
             .route(&format!("{prefix}/{{id}}"), get(track))
             .route(&format!("{prefix}/{{id}}/{{name}}"), get(track));
     }
     app.fallback(|| async { json_status(StatusCode::NOT_FOUND, "no such route") })
-        .layer(middleware::from_fn(access_log))
+        .layer(middleware::from_fn_with_state(state.clone(), access_log))
         .with_state(state)
 }
 
@@ -142,14 +147,24 @@ async fn track_response(
     };
     let resolution = match state.resolver.resolve(&oid).await {
         Ok(r) => r,
-        Err(source) => return (CacheOutcome::None, Err(ApiError::Resolve { id, source })),
+        Err(source) => {
+            if matches!(source, crate::catalog::ResolveError::StoreUnavailable(_)) {
+                state.metrics.mongodb_error();
+            }
+            return (CacheOutcome::None, Err(ApiError::Resolve { id, source }));
+        }
     };
+    state.metrics.observe_resolve(resolution.elapsed);
     let Some(path) = resolution.path else {
         return (resolution.outcome, Err(ApiError::UnknownId { id }));
     };
     let request = FileRequest::from_parts(method, headers);
     if let Some(answer) = file::from_memory(&state.files, &id, &path, &request) {
+        state.metrics.file_cache(true);
         return (resolution.outcome, answer);
+    }
+    if state.files.mode == crate::config::ServeMode::Direct {
+        state.metrics.file_cache(false);
     }
     let served = file::serve(Arc::clone(&state.files), id, path, request).await;
     (resolution.outcome, served)
@@ -182,12 +197,13 @@ fn request_id(headers: &HeaderMap) -> String {
     format!("{:08x}-{n:x}", REQUEST_IDS.prefix)
 }
 
-/// Logs one line per request, when its body has been sent (or abandoned).
-async fn access_log(request: Request, next: Next) -> Response {
+/// Logs one line per request, when its body has been sent (or abandoned), and counts it.
+async fn access_log(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request_id(request.headers());
     let method = request.method().clone();
     let path: String = request.uri().path().chars().take(256).collect();
+    state.metrics.response_started();
     let mut response = next.run(request).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", value);
@@ -197,11 +213,21 @@ async fn access_log(request: Request, next: Next) -> Response {
         .get::<Outcome>()
         .map_or(CacheOutcome::None, |o| o.0);
     let status = response.status().as_u16();
+    let route = match path.as_str() {
+        "/healthz" => "healthz",
+        "/readyz" => "readyz",
+        "/metrics" => "metrics",
+        // Only track routes attach a cache outcome.
+        _ if response.extensions().get::<Outcome>().is_some() => "track",
+        _ => "other",
+    };
     let (parts, body) = response.into_parts();
     let logged = LoggedBody {
         inner: body,
         bytes: 0,
         finished: false,
+        metrics: state.metrics,
+        route: metrics::route_index(route),
         entry: Some(AccessEntry {
             id,
             method,
@@ -228,6 +254,8 @@ struct LoggedBody {
     inner: Body,
     bytes: u64,
     finished: bool,
+    metrics: Arc<metrics::Metrics>,
+    route: usize,
     entry: Option<AccessEntry>,
 }
 
@@ -264,6 +292,8 @@ impl http_body::Body for LoggedBody {
 impl Drop for LoggedBody {
     fn drop(&mut self) {
         if let Some(entry) = self.entry.take() {
+            self.metrics
+                .response_finished(self.route, entry.status, self.bytes, entry.cache);
             let complete = self.finished || http_body::Body::is_end_stream(&self.inner);
             // `%` fields print without quotes, so the line stays grep- and awk-friendly.
             tracing::info!(
@@ -288,6 +318,8 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// How long a client may take to send its request headers.
     pub header_read_timeout: Duration,
+    /// Where to count open connections, if anywhere.
+    pub metrics: Option<Arc<metrics::Metrics>>,
 }
 
 impl Default for ServeOptions {
@@ -295,6 +327,7 @@ impl Default for ServeOptions {
         ServeOptions {
             grace: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
+            metrics: None,
         }
     }
 }
@@ -309,6 +342,7 @@ const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 struct Connections {
     live: Arc<std::sync::atomic::AtomicUsize>,
     drained: Arc<tokio::sync::Notify>,
+    metrics: Option<Arc<metrics::Metrics>>,
 }
 
 struct ConnectionGuard(Connections);
@@ -316,6 +350,9 @@ struct ConnectionGuard(Connections);
 impl Connections {
     fn enter(&self) -> ConnectionGuard {
         self.live.fetch_add(1, Ordering::SeqCst);
+        if let Some(metrics) = &self.metrics {
+            metrics.connections(1);
+        }
         ConnectionGuard(self.clone())
     }
 
@@ -326,6 +363,9 @@ impl Connections {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
+        if let Some(metrics) = &self.0.metrics {
+            metrics.connections(-1);
+        }
         if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.drained.notify_waiters();
         }
@@ -344,9 +384,14 @@ pub async fn serve(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
-        .keep_alive(true);
+        .keep_alive(true)
+        // Pipelined requests: responses queued together leave in one write.
+        .pipeline_flush(true);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let connections = Connections::default();
+    let connections = Connections {
+        metrics: options.metrics.clone(),
+        ..Connections::default()
+    };
     tokio::pin!(shutdown);
     let mut accept_backoff = Duration::from_millis(5);
     loop {

@@ -87,3 +87,20 @@ fn check(result: &Result<Duration, String>) -> serde_json::Value {
         Err(error) => json!({ "ok": false, "error": error }),
     }
 }
+
+/// `GET /metrics`: Prometheus text format.
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.render(
+        state.resolver.cache().link().errors(),
+        state.files.cache.used_bytes(),
+        state.resolver.local_len(),
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

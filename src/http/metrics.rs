@@ -1,0 +1,233 @@
+//! `/metrics` in the Prometheus text format, from plain atomic counters.
+//!
+//! Counting is a relaxed atomic add on the request path (no locks, no allocation); the
+//! text is built only when `/metrics` is scraped.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::catalog::CacheOutcome;
+
+/// Routes, as labelled in metrics.
+pub const ROUTES: [&str; 5] = ["track", "healthz", "readyz", "metrics", "other"];
+
+/// Status codes counted individually; anything else is `other`.
+const STATUSES: [u16; 12] = [200, 206, 304, 400, 403, 404, 405, 412, 416, 500, 503, 0];
+
+const OUTCOMES: [CacheOutcome; 5] = [
+    CacheOutcome::Local,
+    CacheOutcome::Hit,
+    CacheOutcome::Miss,
+    CacheOutcome::Negative,
+    CacheOutcome::Bypass,
+];
+
+/// Upper bounds of the resolver latency histogram, in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_01, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 1.0,
+];
+
+/// All counters of one server.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: [[AtomicU64; STATUSES.len()]; ROUTES.len()],
+    bytes_sent: AtomicU64,
+    cache: [AtomicU64; OUTCOMES.len()],
+    file_cache_hits: AtomicU64,
+    file_cache_misses: AtomicU64,
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_ns: AtomicU64,
+    mongodb_errors: AtomicU64,
+    in_flight: AtomicI64,
+    open_connections: AtomicI64,
+}
+
+/// Index of a route label.
+pub fn route_index(route: &str) -> usize {
+    ROUTES
+        .iter()
+        .position(|r| *r == route)
+        .unwrap_or(ROUTES.len() - 1)
+}
+
+impl Metrics {
+    /// A response began (its body is being sent).
+    pub fn response_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A response ended: count it.
+    pub fn response_finished(&self, route: usize, status: u16, bytes: u64, cache: CacheOutcome) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let slot = STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .unwrap_or(STATUSES.len() - 1);
+        self.requests[route.min(ROUTES.len() - 1)][slot].fetch_add(1, Ordering::Relaxed);
+        self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == cache) {
+            self.cache[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// One id resolution took `elapsed`.
+    pub fn observe_resolve(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
+            if seconds <= bound {
+                bucket.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_ns.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A file was (true) or was not (false) answered from memory.
+    pub fn file_cache(&self, hit: bool) {
+        if hit {
+            self.file_cache_hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.file_cache_misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// MongoDB failed a lookup.
+    pub fn mongodb_error(&self) {
+        self.mongodb_errors.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection opened (+1) or closed (-1).
+    pub fn connections(&self, delta: i64) {
+        self.open_connections.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition; `redis_errors` comes from the Redis link.
+    pub fn render(&self, redis_errors: u64, file_cache_bytes: u64, local_ids: usize) -> String {
+        let mut out = String::with_capacity(4096);
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "# HELP musicd_requests_total Responses by route and status."
+        );
+        let _ = writeln!(out, "# TYPE musicd_requests_total counter");
+        for (r, route) in ROUTES.iter().enumerate() {
+            for (s, status) in STATUSES.iter().enumerate() {
+                let n = get(&self.requests[r][s]);
+                if n > 0 {
+                    let status = if *status == 0 {
+                        "other".to_string()
+                    } else {
+                        status.to_string()
+                    };
+                    let _ = writeln!(
+                        out,
+                        "musicd_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                    );
+                }
+            }
+        }
+        let _ = writeln!(out, "# HELP musicd_sent_bytes_total Body bytes sent.");
+        let _ = writeln!(out, "# TYPE musicd_sent_bytes_total counter");
+        let _ = writeln!(out, "musicd_sent_bytes_total {}", get(&self.bytes_sent));
+        let _ = writeln!(
+            out,
+            "# HELP musicd_id_cache_total Id lookups by where the answer came from (local = in-process, hit = Redis)."
+        );
+        let _ = writeln!(out, "# TYPE musicd_id_cache_total counter");
+        for (i, outcome) in OUTCOMES.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "musicd_id_cache_total{{outcome=\"{}\"}} {}",
+                outcome.as_str(),
+                get(&self.cache[i])
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP musicd_file_cache_total Files answered from memory (hit) or disk (miss)."
+        );
+        let _ = writeln!(out, "# TYPE musicd_file_cache_total counter");
+        let _ = writeln!(
+            out,
+            "musicd_file_cache_total{{result=\"hit\"}} {}",
+            get(&self.file_cache_hits)
+        );
+        let _ = writeln!(
+            out,
+            "musicd_file_cache_total{{result=\"miss\"}} {}",
+            get(&self.file_cache_misses)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP musicd_file_cache_bytes Memory held by cached files."
+        );
+        let _ = writeln!(out, "# TYPE musicd_file_cache_bytes gauge");
+        let _ = writeln!(out, "musicd_file_cache_bytes {file_cache_bytes}");
+        let _ = writeln!(
+            out,
+            "# HELP musicd_local_ids Ids held in the in-process cache."
+        );
+        let _ = writeln!(out, "# TYPE musicd_local_ids gauge");
+        let _ = writeln!(out, "musicd_local_ids {local_ids}");
+        let _ = writeln!(
+            out,
+            "# HELP musicd_resolve_seconds Time to resolve an id to a path."
+        );
+        let _ = writeln!(out, "# TYPE musicd_resolve_seconds histogram");
+        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
+            let _ = writeln!(
+                out,
+                "musicd_resolve_seconds_bucket{{le=\"{bound}\"}} {}",
+                get(bucket)
+            );
+        }
+        let count = get(&self.latency_count);
+        let _ = writeln!(out, "musicd_resolve_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "musicd_resolve_seconds_sum {}",
+            get(&self.latency_sum_ns) as f64 / 1e9
+        );
+        let _ = writeln!(out, "musicd_resolve_seconds_count {count}");
+        let _ = writeln!(
+            out,
+            "# HELP musicd_upstream_errors_total Failed calls to Redis and MongoDB."
+        );
+        let _ = writeln!(out, "# TYPE musicd_upstream_errors_total counter");
+        let _ = writeln!(
+            out,
+            "musicd_upstream_errors_total{{upstream=\"redis\"}} {redis_errors}"
+        );
+        let _ = writeln!(
+            out,
+            "musicd_upstream_errors_total{{upstream=\"mongodb\"}} {}",
+            get(&self.mongodb_errors)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP musicd_in_flight_responses Responses being sent."
+        );
+        let _ = writeln!(out, "# TYPE musicd_in_flight_responses gauge");
+        let _ = writeln!(
+            out,
+            "musicd_in_flight_responses {}",
+            self.in_flight.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP musicd_open_connections Client connections open."
+        );
+        let _ = writeln!(out, "# TYPE musicd_open_connections gauge");
+        let _ = writeln!(
+            out,
+            "musicd_open_connections {}",
+            self.open_connections.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
