@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod load;
+pub mod nginx;
 pub mod supervised;
 
 use std::collections::HashSet;

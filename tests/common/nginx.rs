@@ -1,0 +1,100 @@
+//! A private nginx (Debian's) on a free loopback port, configured from `deploy/nginx.conf`.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{free_port, spawn, tempdir};
+
+/// A running nginx.
+pub struct Nginx {
+    /// Its port.
+    pub port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Nginx {
+    /// Runs `deploy/nginx.conf` with the upstream pointed at `musicd` and the first media
+    /// root at `media_root`, inside a minimal main config.
+    pub fn start_deploy_config(musicd: &str, media_root: &Path) -> Nginx {
+        let site = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx.conf"),
+        )
+        .expect("deploy/nginx.conf");
+        let port = free_port();
+        let site = site
+            .replace("server 127.0.0.1:23001;", &format!("server {musicd};"))
+            .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
+            .replace(
+                "alias /srv/music/;",
+                &format!("alias {}/;", media_root.display()),
+            );
+        assert!(
+            site.contains(musicd) && site.contains(&port.to_string()),
+            "substitutions failed"
+        );
+        Nginx::start(&site, port)
+    }
+
+    fn start(site: &str, port: u16) -> Nginx {
+        let dir = tempdir();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("site.conf"), site).expect("write site");
+        // Tests run as root in CI: workers must be able to read the 0700 temp dirs.
+        let user = if unsafe_is_root() { "user root;" } else { "" };
+        let main = format!(
+            "{user}\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  access_log off;\n  include /etc/nginx/mime.types;\n\
+               client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               include {d}/site.conf;\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), main).expect("write conf");
+        let mut command = Command::new("nginx");
+        command
+            .args([
+                "-p",
+                &d.to_string(),
+                "-c",
+                &format!("{d}/nginx.conf"),
+                "-g",
+                "daemon off;",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = spawn(command);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+                panic!("nginx exited ({status}): {log}");
+            }
+            assert!(Instant::now() < deadline, "nginx did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Nginx {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,134 @@
+//! Real nginx in front of musicd with `deploy/nginx.conf`: x-accel-redirect offload (nginx
+//! sends the bytes) and plain proxying.
+
+mod common;
+
+use common::nginx::Nginx;
+use common::{TestEnv, client, pattern, shared_mongo, shared_redis};
+use mongodb::bson::oid::ObjectId;
+use reqwest::StatusCode;
+
+fn header(response: &reqwest::Response, name: &str) -> String {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &["serve_mode=x-accel-redirect"],
+    )
+    .await;
+    let bytes = pattern(200_000, 1);
+    let (id, _) = env.track("Artist/My Song #1.mp3", &bytes).await;
+    let server = env.musicd().await;
+    let nginx = Nginx::start_deploy_config(&server.addr.to_string(), &env.media);
+    let url = nginx.url(&format!("/musicdb/{}/song.mp3", id.to_hex()));
+
+    let response = client().get(&url).send().await.expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        header(&response, "content-type"),
+        "audio/mpeg",
+        "musicd's type is kept"
+    );
+    assert_eq!(
+        header(&response, "content-disposition"),
+        "inline; filename=\"My Song #1.mp3\""
+    );
+    assert_eq!(header(&response, "cache-control"), "public, max-age=86400");
+    assert!(header(&response, "server").starts_with("nginx"));
+    assert_eq!(
+        response.bytes().await.expect("body").as_ref(),
+        bytes.as_slice()
+    );
+
+    let response = client()
+        .get(&url)
+        .header("range", "bytes=1000-1999")
+        .send()
+        .await
+        .expect("GET range");
+    assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(header(&response, "content-range"), "bytes 1000-1999/200000");
+    assert_eq!(
+        response.bytes().await.expect("body").as_ref(),
+        &bytes[1000..2000]
+    );
+
+    let stream_url = nginx.url(&format!("/stream/musicdb/{}", id.to_hex()));
+    assert_eq!(
+        client()
+            .get(&stream_url)
+            .send()
+            .await
+            .expect("GET")
+            .status(),
+        StatusCode::OK
+    );
+
+    let unknown = client()
+        .get(nginx.url(&format!("/musicdb/{}/x.mp3", ObjectId::new().to_hex())))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    let body: serde_json::Value = unknown.json().await.expect("musicd's JSON body");
+    assert_eq!(body["error"], "unknown track id");
+    let invalid = client()
+        .get(nginx.url("/musicdb/nope/x.mp3"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+
+    // The internal location cannot be fetched directly.
+    let direct = client()
+        .get(nginx.url("/internal/0/Artist/My%20Song%20%231.mp3"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(direct.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_proxying_through_nginx_keeps_ranges_and_validators() {
+    let env = TestEnv::new().await;
+    let bytes = pattern(50_000, 2);
+    let (id, _) = env.track("p.flac", &bytes).await;
+    let server = env.musicd().await;
+    let nginx = Nginx::start_deploy_config(&server.addr.to_string(), &env.media);
+    let url = nginx.url(&format!("/musicdb/{}/p.flac", id.to_hex()));
+    let response = client().get(&url).send().await.expect("GET");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(header(&response, "content-type"), "audio/flac");
+    let etag = header(&response, "etag");
+    assert_eq!(
+        response.bytes().await.expect("body").as_ref(),
+        bytes.as_slice()
+    );
+    let response = client()
+        .get(&url)
+        .header("range", "bytes=-10")
+        .header("if-range", &etag)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
+    assert_eq!(
+        response.bytes().await.expect("body").as_ref(),
+        &bytes[49_990..]
+    );
+    let healthz = client()
+        .get(nginx.url("/healthz"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(healthz.status(), StatusCode::OK);
+}
