@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+
+// glibc malloc showed up as ~12 % of the CPU of a small-file request; mimalloc's
+// thread-local free lists make those allocations nearly free.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use mongodb::bson::oid::ObjectId;
 use musicd::admin::progress::Progress;
 use musicd::admin::purge::{self, PurgeOptions};

@@ -4,6 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+// glibc malloc showed up as ~12 % of the CPU of a small-file request; mimalloc's
+// thread-local free lists make those allocations nearly free.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use musicd::config::{Config, Sources};
 use musicd::daemon::control::{self, Started, Stopped};
 use musicd::daemon::{self, RunOptions};

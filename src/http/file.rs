@@ -118,9 +118,7 @@ pub fn from_memory(
     Some(respond(
         settings,
         id,
-        &cached.path,
-        cached.bytes.len() as u64,
-        cached.modified,
+        &cached.facts,
         Source::Memory(cached.bytes.clone()),
         request,
     ))
@@ -162,34 +160,17 @@ pub fn prepare(
     }
     let size = media.metadata.len();
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
+    let facts = FileFacts::new(&media.path, size, modified);
     if settings.cache.admits(size)
         && let Some(bytes) = read_whole(&media)
     {
-        let cached = settings.cache.insert(
-            raw_path,
-            CachedFile::new(bytes, &media.metadata, media.path.clone()),
-        );
+        let cached = settings
+            .cache
+            .insert(raw_path, CachedFile::new(bytes, &media.metadata, facts));
         let bytes = cached.bytes.clone();
-        return respond(
-            settings,
-            id,
-            &media.path,
-            size,
-            modified,
-            Source::Memory(bytes),
-            request,
-        );
+        return respond(settings, id, &cached.facts, Source::Memory(bytes), request);
     }
-    let path = media.path.clone();
-    respond(
-        settings,
-        id,
-        &path,
-        size,
-        modified,
-        Source::Disk(media.file),
-        request,
-    )
+    respond(settings, id, &facts, Source::Disk(media.file), request)
 }
 
 /// Reads the whole file if it did not change while being read (else `None`: stream it).
@@ -200,32 +181,65 @@ fn read_whole(media: &MediaFile) -> Option<Bytes> {
     (Identity::of(&after) == Identity::of(&media.metadata)).then_some(bytes)
 }
 
+/// What every answer about one version of a file says, computed once per version (kept in
+/// the file cache for hot files, so a hit formats no header at all).
+#[derive(Debug, Clone)]
+pub struct FileFacts {
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag and Last-Modified.
+    pub validators: Validators,
+    /// MIME type by extension.
+    pub mime: &'static str,
+    /// `ETag` header value.
+    etag: HeaderValue,
+    /// `Last-Modified` header value.
+    last_modified: HeaderValue,
+    /// `Content-Type` header value.
+    content_type: HeaderValue,
+    /// `Content-Disposition` header value.
+    disposition: HeaderValue,
+}
+
+impl FileFacts {
+    /// Facts of the file at `path` with this size and modification time.
+    pub fn new(path: &Path, size: u64, modified: std::time::SystemTime) -> FileFacts {
+        let validators = Validators::new(size, modified);
+        let mime = content_type(path);
+        let header = |text: &str| {
+            HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("inline"))
+        };
+        FileFacts {
+            size,
+            etag: header(&validators.etag),
+            last_modified: header(&validators.last_modified_header()),
+            content_type: HeaderValue::from_static(mime),
+            disposition: header(&content_disposition(path)),
+            validators,
+            mime,
+        }
+    }
+}
+
+static ACCEPT_BYTES: HeaderValue = HeaderValue::from_static("bytes");
+
 /// Builds the answer: conditional requests, ranges, headers, body.
 fn respond(
     settings: &FileSettings,
     id: &str,
-    path: &Path,
-    size: u64,
-    modified: std::time::SystemTime,
+    facts: &FileFacts,
     source: Source,
     request: &FileRequest,
 ) -> Result<Response<Body>, ApiError> {
-    let validators = Validators::new(size, modified);
-    let mime = content_type(path);
+    let size = facts.size;
+    let mut headers = HeaderMap::with_capacity(9);
+    headers.insert(header::ETAG, facts.etag.clone());
+    headers.insert(header::LAST_MODIFIED, facts.last_modified.clone());
+    headers.insert(header::CACHE_CONTROL, settings.cache_control.clone());
 
-    let mut response = Response::builder()
-        .header(header::ETAG, &validators.etag)
-        .header(header::LAST_MODIFIED, validators.last_modified_header())
-        .header(header::CACHE_CONTROL, settings.cache_control.clone());
-
-    let verdict = evaluate(&request.preconditions(), &validators);
+    let verdict = evaluate(&request.preconditions(), &facts.validators);
     match verdict {
-        Verdict::NotModified => {
-            return response
-                .status(StatusCode::NOT_MODIFIED)
-                .body(Body::empty())
-                .map_err(|e| internal(id, e));
-        }
+        Verdict::NotModified => return Ok(with_headers(StatusCode::NOT_MODIFIED, headers, Body::empty())),
         Verdict::PreconditionFailed => {
             return Ok(json_status(
                 StatusCode::PRECONDITION_FAILED,
@@ -239,9 +253,8 @@ fn respond(
         (Some(range), Verdict::Proceed) => decide(range, size, settings.max_ranges),
         _ => RangeDecision::Full,
     };
-    response = response
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_DISPOSITION, content_disposition(path));
+    headers.insert(header::ACCEPT_RANGES, ACCEPT_BYTES.clone());
+    headers.insert(header::CONTENT_DISPOSITION, facts.disposition.clone());
 
     let (status, segments) = match decision {
         RangeDecision::Unsatisfiable => {
@@ -253,19 +266,15 @@ fn respond(
             return Ok(answer);
         }
         RangeDecision::Full => {
-            response = response.header(header::CONTENT_TYPE, mime);
-            (
-                StatusCode::OK,
-                vec![Segment::File {
-                    offset: 0,
-                    len: size,
-                }],
-            )
+            headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
+            (StatusCode::OK, vec![Segment::File { offset: 0, len: size }])
         }
         RangeDecision::Single(range) => {
-            response = response.header(header::CONTENT_TYPE, mime).header(
+            headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
+            let value = format!("bytes {}-{}/{}", range.start, range.end - 1, size);
+            headers.insert(
                 header::CONTENT_RANGE,
-                format!("bytes {}-{}/{}", range.start, range.end - 1, size),
+                HeaderValue::from_str(&value).map_err(|e| internal(id, e.into()))?,
             );
             (
                 StatusCode::PARTIAL_CONTENT,
@@ -277,20 +286,19 @@ fn respond(
         }
         RangeDecision::Multi(ranges) => {
             let boundary = format!("musicd-{:016x}", rand::random::<u64>());
-            response = response.header(
+            let value = format!("multipart/byteranges; boundary={boundary}");
+            headers.insert(
                 header::CONTENT_TYPE,
-                format!("multipart/byteranges; boundary={boundary}"),
+                HeaderValue::from_str(&value).map_err(|e| internal(id, e.into()))?,
             );
             (
                 StatusCode::PARTIAL_CONTENT,
-                multipart(&ranges, size, mime, &boundary),
+                multipart(&ranges, size, facts.mime, &boundary),
             )
         }
     };
     let length: u64 = segments.iter().map(Segment::len).sum();
-    response = response
-        .status(status)
-        .header(header::CONTENT_LENGTH, length);
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
 
     let body = if request.head || length == 0 {
         Body::empty()
@@ -305,7 +313,14 @@ fn respond(
             }
         }
     };
-    response.body(body).map_err(|e| internal(id, e))
+    Ok(with_headers(status, headers, body))
+}
+
+fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
 }
 
 /// The body from an in-memory file: zero-copy slices for one part, one buffer for several.

@@ -18,6 +18,8 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
+use super::file::FileFacts;
+
 /// What identifies one version of a file on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -48,21 +50,18 @@ pub struct CachedFile {
     pub bytes: Bytes,
     /// What it was when read.
     pub identity: Identity,
-    /// Its metadata, for validators.
-    pub modified: std::time::SystemTime,
-    /// Canonical path (for the content type and disposition).
-    pub path: std::path::PathBuf,
+    /// Its validators and header values, formatted once.
+    pub facts: FileFacts,
     last_used: AtomicU64,
 }
 
 impl CachedFile {
     /// A cache entry for `bytes` read from a file with this metadata.
-    pub fn new(bytes: Bytes, metadata: &std::fs::Metadata, path: std::path::PathBuf) -> CachedFile {
+    pub fn new(bytes: Bytes, metadata: &std::fs::Metadata, facts: FileFacts) -> CachedFile {
         CachedFile {
             bytes,
             identity: Identity::of(metadata),
-            modified: metadata.modified().unwrap_or(std::time::UNIX_EPOCH),
-            path,
+            facts,
             last_used: AtomicU64::new(0),
         }
     }
@@ -176,7 +175,8 @@ mod tests {
     fn entry(path: &std::path::Path, bytes: &[u8]) -> CachedFile {
         std::fs::write(path, bytes).expect("write");
         let metadata = std::fs::metadata(path).expect("stat");
-        CachedFile::new(Bytes::copy_from_slice(bytes), &metadata, path.to_path_buf())
+        let facts = FileFacts::new(path, metadata.len(), metadata.modified().expect("mtime"));
+        CachedFile::new(Bytes::copy_from_slice(bytes), &metadata, facts)
     }
 
     #[test]

@@ -16,7 +16,6 @@ pub mod mime;
 pub mod ops;
 pub mod range;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -125,12 +124,17 @@ pub fn router(state: AppState, prefixes: &[String]) -> Router {
 /// `GET|HEAD {prefix}/{id}[/{name}]`.
 async fn track(
     State(state): State<AppState>,
-    Path(params): Path<HashMap<String, String>>,
-    method: Method,
-    headers: HeaderMap,
+    params: RawPathParams,
+    request: Request,
 ) -> Response {
-    let id = params.get("id").cloned().unwrap_or_default();
-    let (outcome, result) = track_response(&state, id, &method, &headers).await;
+    // Borrowed extractors: no map of parameters, no copy of the request headers.
+    let id = params
+        .iter()
+        .find(|(name, _)| *name == "id")
+        .map(|(_, value)| value.to_string())
+        .unwrap_or_default();
+    let (outcome, result) =
+        track_response(&state, id, request.method(), request.headers()).await;
     let mut response = result.unwrap_or_else(IntoResponse::into_response);
     response.extensions_mut().insert(Outcome(outcome));
     response
@@ -202,7 +206,20 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
     let started = Instant::now();
     let id = request_id(request.headers());
     let method = request.method().clone();
-    let path: String = request.uri().path().chars().take(256).collect();
+    let full_path = request.uri().path();
+    let route = match full_path {
+        "/healthz" => "healthz",
+        "/readyz" => "readyz",
+        "/metrics" => "metrics",
+        _ => "",
+    };
+    // Formatting the log line's fields costs allocations: only when it will be written.
+    let logging = tracing::enabled!(target: "musicd::access", tracing::Level::INFO);
+    let path: String = if logging {
+        full_path.chars().take(256).collect()
+    } else {
+        String::new()
+    };
     state.metrics.response_started();
     let mut response = next.run(request).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
@@ -213,13 +230,10 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         .get::<Outcome>()
         .map_or(CacheOutcome::None, |o| o.0);
     let status = response.status().as_u16();
-    let route = match path.as_str() {
-        "/healthz" => "healthz",
-        "/readyz" => "readyz",
-        "/metrics" => "metrics",
-        // Only track routes attach a cache outcome.
-        _ if response.extensions().get::<Outcome>().is_some() => "track",
-        _ => "other",
+    let route = match route {
+        "" if response.extensions().get::<Outcome>().is_some() => "track",
+        "" => "other",
+        known => known,
     };
     let (parts, body) = response.into_parts();
     let logged = LoggedBody {
@@ -228,12 +242,12 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         finished: false,
         metrics: state.metrics,
         route: metrics::route_index(route),
-        entry: Some(AccessEntry {
+        status,
+        cache,
+        entry: logging.then_some(AccessEntry {
             id,
             method,
             path,
-            status,
-            cache,
             started,
         }),
     };
@@ -244,8 +258,6 @@ struct AccessEntry {
     id: String,
     method: Method,
     path: String,
-    status: u16,
-    cache: CacheOutcome,
     started: Instant,
 }
 
@@ -256,6 +268,9 @@ struct LoggedBody {
     finished: bool,
     metrics: Arc<metrics::Metrics>,
     route: usize,
+    status: u16,
+    cache: CacheOutcome,
+    /// Present when the access log is enabled.
     entry: Option<AccessEntry>,
 }
 
@@ -291,9 +306,9 @@ impl http_body::Body for LoggedBody {
 
 impl Drop for LoggedBody {
     fn drop(&mut self) {
+        self.metrics
+            .response_finished(self.route, self.status, self.bytes, self.cache);
         if let Some(entry) = self.entry.take() {
-            self.metrics
-                .response_finished(self.route, entry.status, self.bytes, entry.cache);
             let complete = self.finished || http_body::Body::is_end_stream(&self.inner);
             // `%` fields print without quotes, so the line stays grep- and awk-friendly.
             tracing::info!(
@@ -301,10 +316,10 @@ impl Drop for LoggedBody {
                 id = %entry.id,
                 method = %entry.method,
                 path = %entry.path,
-                status = entry.status,
+                status = self.status,
                 bytes = self.bytes,
                 latency_ms = format_args!("{:.3}", entry.started.elapsed().as_secs_f64() * 1000.0),
-                cache = %entry.cache.as_str(),
+                cache = %self.cache.as_str(),
                 complete,
             );
         }

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""musicd vs nginx with wrk, side by side in one run (called by bench/run.sh).
+
+Starts private redis-server, mongod, nginx and three musicd instances (direct mode, direct
+mode without the in-memory file cache, x-accel-redirect mode behind nginx) on free
+loopback ports, over one generated media directory. Each cell runs wrk against nginx and
+musicd alternately, BENCH_ROUNDS times for BENCH_SECONDS each, and reports medians,
+the musicd/nginx ratio, p99 latency, errors, and server CPU from /proc per request and
+per GB. Everything is torn down at exit.
+"""
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REL = ROOT / "target" / "release"
+SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+TICK = os.sysconf("SC_CLK_TCK")
+procs = []
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd, **kw):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    procs.append(p)
+    return p
+
+
+def wait_port(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing listens on {port}")
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            pass
+    return total
+
+
+def children(pid):
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
+
+
+def size(text):
+    m = re.match(r"([\d.]+)([KMGT]?B)", text)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else 0.0
+
+
+def latency_ms(text):
+    m = re.match(r"([\d.]+)(us|ms|s)", text)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
+
+
+def wrk(url, conns, pids, script=None, paths=None):
+    threads = min(2, conns)
+    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{SECONDS}s", "--latency", "--timeout", "5s"]
+    env = dict(os.environ)
+    if script:
+        cmd += ["-s", str(ROOT / "bench" / "lua" / script)]
+        env["PATHS"] = str(paths)
+    before = cpu_ticks(pids)
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, timeout=SECONDS + 60).stdout
+    cpu = (cpu_ticks(pids) - before) / TICK
+    m = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+\w+) read", out)
+    requests, read = (int(m.group(1)), size(m.group(2))) if m else (0, 0.0)
+    p99 = re.search(r"99%\s+(\S+)", out)
+    errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors += int(non2xx.group(1)) if non2xx else 0
+    return {
+        "rps": requests / SECONDS,
+        "mbps": read / SECONDS / 1e6,
+        "p99": latency_ms(p99.group(1)) if p99 else float("nan"),
+        "errors": errors,
+        "cpu_us_req": cpu / requests * 1e6 if requests else float("nan"),
+        "cpu_s_gb": cpu / (read / 1e9) if read else float("nan"),
+    }
+
+
+def med(runs, key):
+    return statistics.median(r[key] for r in runs)
+
+
+def main():
+    for tool in ["wrk", "nginx", "redis-server"]:
+        if not shutil.which(tool):
+            sys.exit(f"{tool} missing: run scripts/install-deps.sh")
+    work = Path(tempfile.mkdtemp(prefix="musicd-bench-"))
+    media = work / "media"
+    media.mkdir()
+    rnd = random.Random(42)
+    (media / "small.mp3").write_bytes(rnd.randbytes(4096))
+    (media / "big.mp3").write_bytes(rnd.randbytes(4 * 1024 * 1024))
+    many = media / "many"
+    many.mkdir()
+    for i in range(1000):
+        (many / f"f{i:04}.mp3").write_bytes(rnd.randbytes(rnd.randint(2048, 8192)))
+    os.chmod(work, 0o755)
+
+    rport, mport = free_port(), free_port()
+    start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+           "--dir", str(work), "--logfile", str(work / "redis.log")])
+    (work / "db").mkdir()
+    start([str(ROOT / ".tools/bin/mongod"), "--dbpath", str(work / "db"), "--port", str(mport), "--bind_ip",
+           "127.0.0.1", "--nounixsocket", "--wiredTigerCacheSizeGB", "0.5", "--logpath", str(work / "mongod.log")])
+    wait_port(rport)
+    wait_port(mport)
+
+    def config(name, port, extra="", database="bench"):
+        path = work / f"{name}.toml"
+        path.write_text(
+            f'listen = "127.0.0.1:{port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n{extra}\n'
+            f'[mongodb]\nuri = "mongodb://127.0.0.1:{mport}"\ndatabase = "{database}"\n'
+            f'[redis]\nurl = "redis://127.0.0.1:{rport}"\n'
+        )
+        return path
+
+    base = config("base", free_port())
+    imported = subprocess.run([str(REL / "musicctl"), "--config", str(base), "import", str(media)],
+                              capture_output=True, text=True, check=True).stdout
+    ids = {Path(p).relative_to(media).as_posix(): i for i, p in (l.split("\t") for l in imported.splitlines())}
+    # The cache-miss cell uses its own database: 300,000 documents naming the same small file
+    # (the imported catalogue has a unique index on the path).
+    miss_port = free_port()
+    miss_cfg = config("miss", miss_port, database="bench_miss")
+    subprocess.run([str(REL / "examples/seed"), "mongo", f"mongodb://127.0.0.1:{mport}", "bench_miss", "tracks",
+                    "300000", str(media / "small.mp3")], check=True)
+    listed = subprocess.run([str(REL / "musicctl"), "--config", str(miss_cfg), "list"],
+                            capture_output=True, text=True, check=True).stdout
+    miss_ids = [l.split("\t")[0] for l in listed.splitlines()]
+
+    nginx_paths = work / "nginx_paths.txt"
+    nginx_paths.write_text("".join(f"/media/many/f{i:04}.mp3\n" for i in range(1000)))
+    musicd_paths = work / "musicd_paths.txt"
+    musicd_paths.write_text("".join(f"/musicdb/{ids[f'many/f{i:04}.mp3']}/x.mp3\n" for i in range(1000)))
+    miss_paths = work / "miss_paths.txt"
+    miss_paths.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids))
+
+    direct_port, nocache_port, accel_port, nginx_port = free_port(), free_port(), free_port(), free_port()
+    musicd = {}
+    musicd = {}
+    musicd["miss"] = start([str(REL / "musicd"), "--config", str(miss_cfg), "run"])
+    wait_port(miss_port)
+    for name, port, extra in [
+        ("direct", direct_port, ""),
+        ("nocache", nocache_port, "[cache]\nfile_total_bytes = 0\n"),
+        ("accel", accel_port, 'serve_mode = "x-accel-redirect"\n'),
+    ]:
+        cfg = config(name, port, extra if not extra.startswith("[") else "")
+        if extra.startswith("["):
+            cfg.write_text(cfg.read_text() + extra)
+        musicd[name] = start([str(REL / "musicd"), "--config", str(cfg), "run"])
+        wait_port(port)
+
+    user = "user root;" if os.geteuid() == 0 else ""
+    (work / "nginx.conf").write_text(f"""{user}
+worker_processes 2;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  include /etc/nginx/mime.types;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_requests 1000000;
+  open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s;
+  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy;
+  fastcgi_temp_path {work}/fcgi; uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
+  upstream musicd {{ server 127.0.0.1:{accel_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{nginx_port} backlog=4096;
+    location /media/ {{ alias {media}/; }}
+    location = /healthz {{ default_type application/json; return 200 '{{"status":"ok"}}'; }}
+    location /musicdb/ {{ proxy_pass http://musicd; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+    location /internal/0/ {{ internal; alias {media}/; }}
+  }}
+}}
+""")
+    nginx = start(["nginx", "-p", str(work), "-c", str(work / "nginx.conf"), "-g", "daemon off;"])
+    wait_port(nginx_port)
+    time.sleep(0.3)
+    nginx_pids = [nginx.pid] + children(nginx.pid)
+
+    n = f"http://127.0.0.1:{nginx_port}"
+    d = f"http://127.0.0.1:{direct_port}"
+    nc = f"http://127.0.0.1:{nocache_port}"
+    small, big = ids["small.mp3"], ids["big.mp3"]
+    dp, ncp, ap = [musicd["direct"].pid], [musicd["nocache"].pid], [musicd["accel"].pid]
+    # (cell, connections, baseline (url, pids, script, paths), contender (url, pids, script, paths))
+    cells = [
+        ("4 KiB file", 10, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
+        ("4 KiB file", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
+        ("1,000 files of 2-8 KiB", 100, (n, nginx_pids, "random_path.lua", nginx_paths), (d, dp, "random_path.lua", musicd_paths)),
+        ("4 MiB file", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{d}/musicdb/{big}/a.mp3", dp, None, None)),
+        ("4 MiB file, musicd file cache off", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{nc}/musicdb/{big}/a.mp3", ncp, None, None)),
+        ("4 KiB, musicd x-accel behind nginx", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{n}/musicdb/{small}/a.mp3", nginx_pids + ap, None, None)),
+        ("4 MiB, musicd x-accel behind nginx", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{n}/musicdb/{big}/a.mp3", nginx_pids + ap, None, None)),
+        ("/healthz", 10, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
+        ("/healthz", 1000, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
+        ("cache miss (MongoDB lookup)", 10, None, (d, dp, "each_path_once.lua", miss_paths)),
+    ]
+    rows = []
+    for name, conns, baseline, contender in cells:
+        runs = {"nginx": [], "musicd": []}
+        for r in range(ROUNDS):
+            if name.startswith("cache miss"):
+                # Fresh ids for every round: shift the list so no id repeats.
+                shifted = work / f"miss_{r}.txt"
+                chunk = len(miss_ids) // ROUNDS
+                shifted.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids[r * chunk:(r + 1) * chunk]))
+                contender = (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua", shifted)
+            for label, target in (("nginx", baseline), ("musicd", contender)):
+                if target is None:
+                    continue
+                url, pids, script, paths = target
+                result = wrk(url, conns, pids, script, paths)
+                runs[label].append(result)
+                print(f"{name} c={conns} round {r + 1} {label}: {result['rps']:.0f} req/s "
+                      f"{result['mbps']:.0f} MB/s p99 {result['p99']:.2f} ms errors {result['errors']}", file=sys.stderr)
+        rows.append((name, conns, runs))
+
+    lines = [
+        "# musicd vs nginx",
+        "",
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
+        f"{subprocess.run(['nginx', '-v'], capture_output=True, text=True).stderr.strip()}, "
+        f"wrk 2 threads on the same machine, loopback; medians of {ROUNDS} runs of {SECONDS} s, "
+        "targets alternated. CPU is the servers' own (utime+stime from /proc; for x-accel it is "
+        "nginx + musicd). musicd runs with its access log off (log_level = warn), as nginx does.",
+        "",
+        "| cell | conns | nginx req/s | musicd req/s | ratio | nginx MB/s | musicd MB/s | p99 ms nginx / musicd | errors nginx / musicd | CPU µs/req nginx / musicd | CPU s/GB nginx / musicd |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    summary = {}
+    for name, conns, runs in rows:
+        m, ng = runs["musicd"], runs["nginx"]
+
+        def cell(key, fmt):
+            a = fmt.format(med(ng, key)) if ng else "-"
+            b = fmt.format(med(m, key))
+            return f"{a} / {b}"
+
+        ratio = med(m, "rps") / med(ng, "rps") if ng else float("nan")
+        summary[f"{name} c={conns}"] = round(ratio, 2) if ng else None
+        lines.append(
+            f"| {name} | {conns} | {med(ng, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | {ratio:.2f} | "
+            f"{med(ng, 'mbps'):,.0f} | {med(m, 'mbps'):,.0f} | {cell('p99', '{:.2f}')} | "
+            f"{sum(r['errors'] for r in ng)} / {sum(r['errors'] for r in m)} | {cell('cpu_us_req', '{:.1f}')} | "
+            f"{cell('cpu_s_gb', '{:.2f}')} |"
+            if ng else
+            f"| {name} | {conns} | - | {med(m, 'rps'):,.0f} | - | - | {med(m, 'mbps'):,.0f} | - / {med(m, 'p99'):.2f} | "
+            f"- / {sum(r['errors'] for r in m)} | - / {med(m, 'cpu_us_req'):.1f} | - |"
+        )
+    rss = Path(f"/proc/{musicd['direct'].pid}/status").read_text()
+    vmrss = re.search(r"VmRSS:\s+(\d+)", rss)
+    lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "
+              "(includes the in-memory file cache: 4 MiB + 4 KiB + 1,000 small files)."]
+    text = "\n".join(lines) + "\n"
+    out = ROOT / "bench" / "results" / "http.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(json.dumps(summary), file=sys.stderr)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def stop_all(*_):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+if __name__ == "__main__":
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    signal.signal(signal.SIGTERM, lambda *a: (stop_all(), sys.exit(1)))
+    try:
+        main()
+    finally:
+        stop_all()
