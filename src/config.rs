@@ -94,6 +94,8 @@ pub struct Config {
     pub accel_location: String,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `musicd=debug`.
     pub log_level: String,
+    /// Event loops (threads) serving connections; 0 in the file means one per core.
+    pub worker_threads: usize,
     /// MongoDB settings.
     pub mongodb: MongoConfig,
     /// Redis settings.
@@ -184,6 +186,7 @@ struct RawConfig {
     max_ranges: Option<usize>,
     accel_location: Option<String>,
     log_level: Option<String>,
+    worker_threads: Option<usize>,
     #[serde(default)]
     mongodb: RawMongo,
     #[serde(default)]
@@ -571,6 +574,10 @@ impl RawConfig {
             max_ranges,
             accel_location,
             log_level: self.log_level.unwrap_or_else(|| "info".into()),
+            worker_threads: match self.worker_threads.unwrap_or(0) {
+                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+                n => n,
+            },
             mongodb,
             redis,
             daemon,

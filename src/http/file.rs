@@ -239,7 +239,13 @@ fn respond(
 
     let verdict = evaluate(&request.preconditions(), &facts.validators);
     match verdict {
-        Verdict::NotModified => return Ok(with_headers(StatusCode::NOT_MODIFIED, headers, Body::empty())),
+        Verdict::NotModified => {
+            return Ok(with_headers(
+                StatusCode::NOT_MODIFIED,
+                headers,
+                Body::empty(),
+            ));
+        }
         Verdict::PreconditionFailed => {
             return Ok(json_status(
                 StatusCode::PRECONDITION_FAILED,
@@ -267,7 +273,13 @@ fn respond(
         }
         RangeDecision::Full => {
             headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
-            (StatusCode::OK, vec![Segment::File { offset: 0, len: size }])
+            (
+                StatusCode::OK,
+                vec![Segment::File {
+                    offset: 0,
+                    len: size,
+                }],
+            )
         }
         RangeDecision::Single(range) => {
             headers.insert(header::CONTENT_TYPE, facts.content_type.clone());

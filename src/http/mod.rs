@@ -122,19 +122,14 @@ pub fn router(state: AppState, prefixes: &[String]) -> Router {
 }
 
 /// `GET|HEAD {prefix}/{id}[/{name}]`.
-async fn track(
-    State(state): State<AppState>,
-    params: RawPathParams,
-    request: Request,
-) -> Response {
+async fn track(State(state): State<AppState>, params: RawPathParams, request: Request) -> Response {
     // Borrowed extractors: no map of parameters, no copy of the request headers.
     let id = params
         .iter()
         .find(|(name, _)| *name == "id")
         .map(|(_, value)| value.to_string())
         .unwrap_or_default();
-    let (outcome, result) =
-        track_response(&state, id, request.method(), request.headers()).await;
+    let (outcome, result) = track_response(&state, id, request.method(), request.headers()).await;
     let mut response = result.unwrap_or_else(IntoResponse::into_response);
     response.extensions_mut().insert(Outcome(outcome));
     response
