@@ -104,6 +104,28 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// In-process caches.
     pub cache: CacheConfig,
+    /// Limits on what a client may send and hold.
+    pub limits: LimitsConfig,
+    /// Whether a path may pass through a symlink inside a media root (links out of the
+    /// roots are refused either way).
+    pub follow_symlinks: bool,
+}
+
+/// Limits on clients: every one has a safe default.
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    /// Time a client has to send a request's headers (slowloris).
+    pub header_read_timeout: Duration,
+    /// An idle keep-alive connection is closed after this long.
+    pub idle_timeout: Duration,
+    /// A response whose client stops reading for this long is dropped.
+    pub write_timeout: Duration,
+    /// Largest request head (request line + headers) accepted.
+    pub max_header_bytes: usize,
+    /// Longest URL accepted (longer: 414).
+    pub max_uri_bytes: usize,
+    /// Connections served at once per process; beyond, new ones get a 503 and are closed.
+    pub max_connections: usize,
 }
 
 /// The in-process caches in front of Redis and the disk.
@@ -195,6 +217,20 @@ struct RawConfig {
     daemon: RawDaemon,
     #[serde(default)]
     cache: RawCache,
+    #[serde(default)]
+    limits: RawLimits,
+    follow_symlinks: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    header_read_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    write_timeout_secs: Option<u64>,
+    max_header_bytes: Option<usize>,
+    max_uri_bytes: Option<usize>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -562,6 +598,19 @@ impl RawConfig {
             ));
         }
 
+        let raw_limits = self.limits;
+        let limits = LimitsConfig {
+            header_read_timeout: Duration::from_secs(
+                raw_limits.header_read_timeout_secs.unwrap_or(10).max(1),
+            ),
+            idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
+            write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),
+            // hyper needs at least 8 KiB of read buffer.
+            max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
+            max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
+            max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
+        };
+
         Ok(Config {
             source: file,
             listen,
@@ -582,6 +631,8 @@ impl RawConfig {
             redis,
             daemon,
             cache,
+            limits,
+            follow_symlinks: self.follow_symlinks.unwrap_or(false),
         })
     }
 }
@@ -802,10 +853,14 @@ mod tests {
             ("redis.", "[redis]\nzz_probe = 1"),
             ("daemon.", "[daemon]\nzz_probe = 1"),
             ("cache.", "[cache]\nzz_probe = 1"),
+            ("limits.", "[limits]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
-                if matches!(key.as_str(), "mongodb" | "redis" | "daemon" | "cache") {
+                if matches!(
+                    key.as_str(),
+                    "mongodb" | "redis" | "daemon" | "cache" | "limits"
+                ) {
                     continue;
                 }
                 assert!(keys.contains(&key), "deploy/musicd.toml lacks {key}");

@@ -25,6 +25,9 @@ pub enum MediaError {
     /// Something exists but it is not a regular file (directory, FIFO, device).
     #[error("not a regular file")]
     NotAFile,
+    /// The path goes through a symlink and `follow_symlinks` is off.
+    #[error("path goes through a symlink (follow_symlinks = false)")]
+    Symlink,
     /// The file exists but cannot be read.
     #[error("file cannot be read: {0}")]
     Unreadable(#[source] io::Error),
@@ -43,16 +46,29 @@ pub struct MediaFile {
     pub metadata: Metadata,
 }
 
-/// The canonical media roots.
+/// The canonical media roots and the symlink policy.
 #[derive(Debug, Clone)]
 pub struct MediaRoots {
     roots: Vec<PathBuf>,
+    follow_symlinks: bool,
 }
 
 impl MediaRoots {
     /// Roots as given; they must already be canonical (config validation does that).
+    /// Symlinks inside the roots are followed.
     pub fn new(roots: Vec<PathBuf>) -> MediaRoots {
-        MediaRoots { roots }
+        MediaRoots {
+            roots,
+            follow_symlinks: true,
+        }
+    }
+
+    /// Sets whether a path may go through symlinks inside the roots. When not, a document
+    /// must name its file by its real path: the canonical path must equal the path as
+    /// written (after removing `.` and doubled slashes).
+    pub fn follow_symlinks(mut self, follow: bool) -> MediaRoots {
+        self.follow_symlinks = follow;
+        self
     }
 
     /// The roots.
@@ -88,6 +104,12 @@ impl MediaRoots {
             Err(err) => return Err(MediaError::Unreadable(err)),
         };
         let root_index = self.root_of(&canonical).ok_or(MediaError::OutsideRoots)?;
+        if !self.follow_symlinks {
+            let lexical: PathBuf = path.components().collect();
+            if lexical != canonical {
+                return Err(MediaError::Symlink);
+            }
+        }
         Ok((canonical, root_index))
     }
 
@@ -99,7 +121,16 @@ impl MediaRoots {
         if !pre.is_file() {
             return Err(MediaError::NotAFile);
         }
-        let file = File::open(&path).map_err(open_error)?;
+        // O_NONBLOCK: if the path was swapped for a FIFO after the check above, open must
+        // not wait for a writer (it is meaningless for regular files).
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(open_error)?
+        };
         let metadata = file.metadata().map_err(MediaError::Unreadable)?;
         if !metadata.is_file() {
             return Err(MediaError::NotAFile);
@@ -172,6 +203,43 @@ mod tests {
             roots.open(&link.display().to_string()),
             Err(MediaError::OutsideRoots)
         ));
+    }
+
+    #[test]
+    fn symlinks_inside_a_root_follow_the_policy() {
+        let (dir, roots) = setup();
+        let link = dir.path().join("music/album/alias.mp3");
+        std::os::unix::fs::symlink(dir.path().join("music/album/a.mp3"), &link).expect("symlink");
+        let raw = link.display().to_string();
+        assert!(
+            roots.open(&raw).is_ok(),
+            "followed by default in MediaRoots::new"
+        );
+        let strict = roots.clone().follow_symlinks(false);
+        assert!(matches!(strict.open(&raw), Err(MediaError::Symlink)));
+        let real = dir.path().join("music/album/a.mp3");
+        let canonical = std::fs::canonicalize(&real).expect("canonical");
+        assert!(strict.open(&canonical.display().to_string()).is_ok());
+        let dotted = format!("{}/./album//a.mp3", strict.roots()[0].display());
+        assert!(
+            strict.open(&dotted).is_ok(),
+            "`.` and `//` are not symlinks"
+        );
+    }
+
+    #[test]
+    fn a_fifo_is_refused_without_hanging() {
+        let (dir, roots) = setup();
+        let fifo = dir.path().join("music/album/pipe.mp3");
+        let c = std::ffi::CString::new(fifo.display().to_string()).expect("cstring");
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        assert!(matches!(
+            roots.open(&fifo.display().to_string()),
+            Err(MediaError::NotAFile)
+        ));
+        let dev = roots.open("/dev/null");
+        assert!(matches!(dev, Err(MediaError::OutsideRoots)));
     }
 
     #[test]

@@ -59,7 +59,8 @@ impl Backends {
         Ok(Backends {
             cache: TrackCache::new(link, &config.redis),
             store: TrackStore::new(&config.mongodb).await?,
-            roots: MediaRoots::new(config.media_roots.clone()),
+            roots: MediaRoots::new(config.media_roots.clone())
+                .follow_symlinks(config.follow_symlinks),
         })
     }
 }

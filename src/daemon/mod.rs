@@ -212,9 +212,8 @@ async fn serve_until_stopped(
     }
     tokio::spawn(other_signals(options.log_file.clone()));
     let options = ServeOptions {
-        grace: config.daemon.stop_timeout,
         metrics: Some(metrics),
-        ..ServeOptions::default()
+        ..ServeOptions::from_config(&config)
     };
     // One single-threaded event loop per core, each accepting on its own descriptor of the
     // same socket, like nginx's worker processes. Against tokio's work-stealing scheduler

@@ -67,7 +67,9 @@ impl ApiError {
                 ResolveError::InvalidDocument(_) => StatusCode::NOT_FOUND,
             },
             ApiError::Media { source, .. } => match source {
-                MediaError::NotAbsolute | MediaError::OutsideRoots => StatusCode::FORBIDDEN,
+                MediaError::NotAbsolute | MediaError::OutsideRoots | MediaError::Symlink => {
+                    StatusCode::FORBIDDEN
+                }
                 MediaError::Missing | MediaError::NotAFile => StatusCode::NOT_FOUND,
                 MediaError::Unreadable(_) => StatusCode::FORBIDDEN,
             },
@@ -86,9 +88,10 @@ impl ApiError {
                 ResolveError::InvalidDocument(_) => "track has no playable file",
             },
             ApiError::Media { source, .. } => match source {
-                MediaError::NotAbsolute | MediaError::OutsideRoots | MediaError::Unreadable(_) => {
-                    "access to this track's file is refused"
-                }
+                MediaError::NotAbsolute
+                | MediaError::OutsideRoots
+                | MediaError::Symlink
+                | MediaError::Unreadable(_) => "access to this track's file is refused",
                 MediaError::Missing => "track file is missing",
                 MediaError::NotAFile => "track file is not a regular file",
             },

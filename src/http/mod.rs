@@ -11,6 +11,7 @@ pub mod conditional;
 pub mod error;
 pub mod file;
 pub mod filecache;
+pub mod limits;
 pub mod metrics;
 pub mod mime;
 pub mod ops;
@@ -71,6 +72,17 @@ pub struct AppState {
     pub started: Instant,
     /// Counters for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
+    /// URL and header size limits (none: unlimited, for tests of other things).
+    pub request_limits: Option<RequestLimits>,
+}
+
+/// Size limits checked on every request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestLimits {
+    /// Longest URL accepted (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Largest sum of header lines accepted (431 beyond).
+    pub max_header_bytes: usize,
 }
 
 impl AppState {
@@ -81,7 +93,8 @@ impl AppState {
         let cache = TrackCache::new(link, &config.redis);
         let store = TrackStore::new(&config.mongodb).await?;
         let files = FileSettings {
-            roots: MediaRoots::new(config.media_roots.clone()),
+            roots: MediaRoots::new(config.media_roots.clone())
+                .follow_symlinks(config.follow_symlinks),
             mode: config.serve_mode,
             cache_control: HeaderValue::from_str(&config.cache_control)
                 .map_err(|_| ServerError::CacheControl)?,
@@ -101,6 +114,10 @@ impl AppState {
             files: Arc::new(files),
             started: Instant::now(),
             metrics: Arc::new(metrics::Metrics::default()),
+            request_limits: Some(RequestLimits {
+                max_uri_bytes: config.limits.max_uri_bytes,
+                max_header_bytes: config.limits.max_header_bytes,
+            }),
         })
     }
 }
@@ -201,6 +218,23 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
     let started = Instant::now();
     let id = request_id(request.headers());
     let method = request.method().clone();
+    if let Some(limits) = &state.request_limits {
+        if request.uri().to_string().len() > limits.max_uri_bytes {
+            return json_status(StatusCode::URI_TOO_LONG, "URL too long");
+        }
+        // hyper's read buffer caps a head at 64 KiB; the configured limit is checked here.
+        let head: usize = request
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum();
+        if head > limits.max_header_bytes {
+            return json_status(
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request headers too large",
+            );
+        }
+    }
     let full_path = request.uri().path();
     let route = match full_path {
         "/healthz" => "healthz",
@@ -330,6 +364,29 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// Where to count open connections, if anywhere.
     pub metrics: Option<Arc<metrics::Metrics>>,
+    /// Idle keep-alive connections are closed after this.
+    pub idle_timeout: Duration,
+    /// A response whose client stops reading for this long is dropped.
+    pub write_timeout: Duration,
+    /// Largest request head accepted.
+    pub max_header_bytes: usize,
+    /// Connections served at once; beyond, a 503 and close.
+    pub max_connections: usize,
+}
+
+impl ServeOptions {
+    /// The options a config asks for.
+    pub fn from_config(config: &crate::config::Config) -> ServeOptions {
+        ServeOptions {
+            grace: config.daemon.stop_timeout,
+            header_read_timeout: config.limits.header_read_timeout,
+            metrics: None,
+            idle_timeout: config.limits.idle_timeout,
+            write_timeout: config.limits.write_timeout,
+            max_header_bytes: config.limits.max_header_bytes,
+            max_connections: config.limits.max_connections,
+        }
+    }
 }
 
 impl Default for ServeOptions {
@@ -338,6 +395,10 @@ impl Default for ServeOptions {
             grace: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
             metrics: None,
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            max_header_bytes: 16 * 1024,
+            max_connections: 10_000,
         }
     }
 }
@@ -382,6 +443,16 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// Answers a connection over the cap with 503 and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n\
+Content-Type: application/json\r\nContent-Length: 37\r\nConnection: close\r\n\r\n\
+{\"error\":\"too many connections\"}\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(BUSY)).await;
+    let _ = stream.shutdown().await;
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then stops accepting and lets
 /// in-flight responses finish for at most `options.grace`.
 pub async fn serve(
@@ -395,8 +466,11 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .keep_alive(true)
-        // Pipelined requests: responses queued together leave in one write.
-        .pipeline_flush(true);
+        // Also bounds the write buffer: a body is pulled only as fast as the client takes
+        // it. (hyper's `pipeline_flush` must stay off: it lifts that bound, and a stalled
+        // client then made hyper pull a whole 64 MiB file into memory.)
+        .max_buf_size(options.max_header_bytes.max(64 * 1024));
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Connections {
         metrics: options.metrics.clone(),
@@ -424,6 +498,12 @@ pub async fn serve(
         };
         // Small responses wait 40 ms for delayed ACKs without this.
         let _ = stream.set_nodelay(true);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Over the cap: a short, cheap refusal instead of an unbounded pile of tasks.
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let stream = limits::GuardedIo::new(stream, options.write_timeout, options.idle_timeout);
         let first_request = Arc::new(tokio::sync::Notify::new());
         let seen = Arc::clone(&first_request);
         let inner = TowerToHyperService::new(app.clone());
@@ -437,6 +517,7 @@ pub async fn serve(
         let guard = connections.enter();
         tokio::spawn(async move {
             let _guard = guard;
+            let _slot = slot;
             tokio::pin!(connection);
             tokio::select! {
                 result = connection.as_mut() => {

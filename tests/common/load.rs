@@ -21,6 +21,13 @@ pub struct LoadReport {
     pub samples: Vec<String>,
 }
 
+/// Decides whether one answer is right: `Ok` or a description of what is wrong.
+pub type Check = Arc<
+    dyn Fn(&str, reqwest::StatusCode, &reqwest::header::HeaderMap, &[u8]) -> Result<(), String>
+        + Send
+        + Sync,
+>;
+
 /// Runs `concurrency` clients doing `total` GETs of `url` in all, each on a fresh
 /// connection, until done or `stop` is set. A request that fails after it was sent (its
 /// worker was killed mid-response) is retried once, as a player would.
@@ -31,25 +38,52 @@ pub async fn hammer(
     concurrency: u64,
     stop: Arc<AtomicBool>,
 ) -> LoadReport {
+    let check: Check = Arc::new(move |_, status, _, body| {
+        if status != reqwest::StatusCode::OK {
+            return Err(format!("status {status}"));
+        }
+        if body != expected.as_slice() {
+            return Err(format!("body of {} bytes differs", body.len()));
+        }
+        Ok(())
+    });
+    hammer_checked(vec![url], check, total, concurrency, stop, false).await
+}
+
+/// Like [`hammer`], over several URLs round-robin, every answer judged by `check`;
+/// `keep_alive` reuses connections (as players do) instead of one per request.
+pub async fn hammer_checked(
+    urls: Vec<String>,
+    check: Check,
+    total: u64,
+    concurrency: u64,
+    stop: Arc<AtomicBool>,
+    keep_alive: bool,
+) -> LoadReport {
+    let urls = Arc::new(urls);
     let next = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (url, expected, next, stop) =
-            (url.clone(), expected.clone(), next.clone(), stop.clone());
+        let (urls, check, next, stop) = (urls.clone(), check.clone(), next.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            // No pooling: every request opens a connection, so a refused accept would show.
+            // Without keep-alive every request opens a connection, so a refused accept shows.
             let client = reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
+                .pool_max_idle_per_host(if keep_alive { 4 } else { 0 })
                 .timeout(Duration::from_secs(20))
                 .build()
                 .expect("client");
             let mut report = LoadReport::default();
-            while next.fetch_add(1, Ordering::Relaxed) < total && !stop.load(Ordering::Relaxed) {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= total || stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let url = &urls[(n as usize) % urls.len()];
                 report.sent += 1;
-                let mut outcome = attempt(&client, &url, &expected).await;
+                let mut outcome = attempt(&client, url, &check).await;
                 if matches!(outcome, Err(Failure::Reset(_))) {
                     report.retried += 1;
-                    outcome = attempt(&client, &url, &expected).await;
+                    outcome = attempt(&client, url, &check).await;
                 }
                 match outcome {
                     Ok(()) => report.ok += 1,
@@ -85,7 +119,7 @@ enum Failure {
     Wrong(String),
 }
 
-async fn attempt(client: &reqwest::Client, url: &str, expected: &[u8]) -> Result<(), Failure> {
+async fn attempt(client: &reqwest::Client, url: &str, check: &Check) -> Result<(), Failure> {
     let response = client.get(url).send().await.map_err(|e| {
         if e.is_connect() {
             Failure::Refused(format!("{e:?}"))
@@ -94,18 +128,10 @@ async fn attempt(client: &reqwest::Client, url: &str, expected: &[u8]) -> Result
         }
     })?;
     let status = response.status();
+    let headers = response.headers().clone();
     let body = response
         .bytes()
         .await
         .map_err(|e| Failure::Reset(format!("body: {e:?}")))?;
-    if status != reqwest::StatusCode::OK {
-        return Err(Failure::Wrong(format!("status {status}")));
-    }
-    if body.as_ref() != expected {
-        return Err(Failure::Wrong(format!(
-            "body of {} bytes differs",
-            body.len()
-        )));
-    }
-    Ok(())
+    check(url, status, &headers, &body).map_err(|e| Failure::Wrong(format!("{url}: {e}")))
 }

@@ -660,11 +660,13 @@ impl Musicd {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let state = AppState::new(config).await.expect("app state");
+        let metrics = std::sync::Arc::clone(&state.metrics);
         let app = musicd::http::router(state, &config.route_prefixes);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let options = ServeOptions {
             grace: Duration::from_secs(5),
-            ..ServeOptions::default()
+            metrics: Some(metrics),
+            ..ServeOptions::from_config(config)
         };
         let task = tokio::spawn(musicd::http::serve(
             listener,

@@ -1,0 +1,237 @@
+//! Faults under a bounded load with every response checked: Redis restarted, MongoDB
+//! stopped, files replaced and truncated while being served.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::load::{Check, hammer_checked};
+use common::{Server, TestEnv, client, pattern, shared_mongo, shared_redis};
+use mongodb::bson::doc;
+use mongodb::bson::oid::ObjectId;
+use reqwest::StatusCode;
+
+/// Every answer must be 200 with the exact bytes of its track.
+fn exact(tracks: Vec<(String, Vec<u8>)>) -> Check {
+    let tracks: std::collections::HashMap<String, Vec<u8>> = tracks.into_iter().collect();
+    Arc::new(move |url, status, _, body| {
+        if status != StatusCode::OK {
+            return Err(format!("status {status}"));
+        }
+        if tracks.get(url).map(Vec::as_slice) != Some(body) {
+            return Err(format!("wrong body ({} bytes)", body.len()));
+        }
+        Ok(())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_restarted_during_load_fails_no_request() {
+    let mut redis = Server::redis();
+    // No in-process id cache: every request goes through Redis, so the restart is felt.
+    let env = TestEnv::with(
+        &redis.redis_url(),
+        &shared_mongo().mongo_uri(),
+        &["cache.id_ttl_ms=0"],
+    )
+    .await;
+    let server = env.musicd().await;
+    let mut tracks = Vec::new();
+    for i in 0..20 {
+        let bytes = pattern(5000 + i * 100, i as u64);
+        let (id, _) = env.track(&format!("t{i}.mp3"), &bytes).await;
+        tracks.push((server.track_url(&id), bytes));
+    }
+    let urls: Vec<String> = tracks.iter().map(|(u, _)| u.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(hammer_checked(
+        urls,
+        exact(tracks),
+        6000,
+        4,
+        stop.clone(),
+        true,
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| redis.kill());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::task::block_in_place(|| redis.restart());
+    let report = load.await.expect("load");
+    eprintln!("Redis restarted under load: {report:?}");
+    assert_eq!(
+        (report.failed, report.refused, report.retried),
+        (0, 0, 0),
+        "{:?}",
+        report.samples
+    );
+    assert_eq!(report.ok, 6000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mongodb_stopped_during_load_keeps_cached_ids_and_503s_the_rest() {
+    let mut mongo = Server::mongo();
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &mongo.mongo_uri(),
+        &["cache.id_ttl_ms=0"],
+    )
+    .await;
+    let server = env.musicd().await;
+    let mut cached = Vec::new();
+    for i in 0..10 {
+        let bytes = pattern(3000 + i * 10, 100 + i as u64);
+        let (id, _) = env.track(&format!("c{i}.mp3"), &bytes).await;
+        let url = server.track_url(&id);
+        assert_eq!(
+            client().get(&url).send().await.expect("warm").status(),
+            StatusCode::OK
+        );
+        cached.push((url, bytes));
+    }
+    let mut uncached = Vec::new();
+    for i in 0..30 {
+        let (id, _) = env.track(&format!("u{i}.mp3"), b"uncached").await;
+        uncached.push(server.track_url(&id));
+    }
+    env.tracks
+        .client()
+        .database("admin")
+        .run_command(doc! { "fsync": 1 })
+        .await
+        .expect("fsync");
+
+    let urls: Vec<String> = cached.iter().map(|(u, _)| u.clone()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = tokio::spawn(hammer_checked(
+        urls,
+        exact(cached),
+        1_000_000,
+        4,
+        stop.clone(),
+        true,
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::block_in_place(|| mongo.kill());
+    let mut during = 0;
+    for url in &uncached[..10] {
+        let response = client().get(url).send().await.expect("GET");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            Some("5")
+        );
+        during += 1;
+    }
+    tokio::task::block_in_place(|| mongo.restart());
+    // Back without restarting musicd.
+    let mut recovered = false;
+    for _ in 0..100 {
+        let response = client().get(&uncached[20]).send().await.expect("GET");
+        match response.status() {
+            StatusCode::OK => {
+                recovered = true;
+                break;
+            }
+            StatusCode::SERVICE_UNAVAILABLE => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(recovered, "MongoDB came back but musicd did not");
+    stop.store(true, Ordering::Relaxed);
+    let report = load.await.expect("load");
+    eprintln!(
+        "MongoDB stopped under load: cached ids {report:?}; uncached 503 during the outage: {during}"
+    );
+    assert_eq!(
+        (report.failed, report.refused, report.retried),
+        (0, 0, 0),
+        "{:?}",
+        report.samples
+    );
+    assert!(report.ok > 100);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn files_replaced_and_truncated_during_load_never_give_a_mixed_body() {
+    for file_cache in [
+        "cache.file_total_bytes=268435456",
+        "cache.file_total_bytes=0",
+    ] {
+        let env = TestEnv::with(
+            &shared_redis().redis_url(),
+            &shared_mongo().mongo_uri(),
+            &[file_cache],
+        )
+        .await;
+        let v1 = pattern(1024 * 1024, 7);
+        let v2 = pattern(1024 * 1024 + 4096, 8);
+        let (id, path) = env.track("swap.mp3", &v1).await;
+        let server = env.musicd().await;
+        let url = server.track_url(&id);
+        // A 200 must be exactly one version of the file as it was at some moment.
+        let versions: Vec<Vec<u8>> = vec![
+            v1.clone(),
+            v2.clone(),
+            v1[..v1.len() / 2].to_vec(),
+            v2[..v2.len() / 2].to_vec(),
+        ];
+        let check: Check = Arc::new(move |_, status, headers, body| {
+            if status != StatusCode::OK {
+                return Err(format!("status {status}"));
+            }
+            let length: usize = headers
+                .get("content-length")
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .ok_or("no content-length")?;
+            if length != body.len() || !versions.iter().any(|v| v.as_slice() == body) {
+                return Err(format!("a mixed or corrupted body of {} bytes", body.len()));
+            }
+            Ok(())
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = tokio::spawn(hammer_checked(
+            vec![url.clone()],
+            check,
+            1_000_000,
+            4,
+            stop.clone(),
+            true,
+        ));
+        let mutator = tokio::task::spawn_blocking(move || {
+            for round in 0..40 {
+                let next = if round % 2 == 0 { &v2 } else { &v1 };
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, next).expect("write");
+                std::fs::rename(&tmp, &path).expect("rename");
+                std::thread::sleep(Duration::from_millis(20));
+                if round % 4 == 1 {
+                    // Cut in place to half, as a crashed copy would leave it.
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .and_then(|f| f.set_len(next.len() as u64 / 2))
+                        .expect("truncate");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        mutator.await.expect("mutator");
+        stop.store(true, Ordering::Relaxed);
+        let report = load.await.expect("load");
+        eprintln!("{file_cache}: files swapped/truncated under load: {report:?}");
+        assert_eq!(report.failed, 0, "{:?}", report.samples);
+        assert!(report.ok > 50, "{report:?}");
+        // The server is still there.
+        let unknown = client()
+            .get(server.track_url(&ObjectId::new()))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
+    }
+}

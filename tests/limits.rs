@@ -1,0 +1,203 @@
+//! Client limits over raw TCP: slowloris headers, idle keep-alive, oversized heads and
+//! URLs, the connection cap, and clients that stop reading.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{TestEnv, client, pattern, shared_mongo, shared_redis};
+use reqwest::StatusCode;
+
+async fn env_with(overrides: &[&str]) -> TestEnv {
+    TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        overrides,
+    )
+    .await
+}
+
+/// Reads until the server closes; returns what arrived and how long it took.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
+    let started = Instant::now();
+    stream.set_read_timeout(Some(limit)).expect("timeout");
+    let mut received = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => received.extend_from_slice(&buf[..n]),
+        }
+    }
+    (received, started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowloris_client_and_an_idle_keep_alive_connection_are_closed() {
+    let env = env_with(&[
+        "limits.header_read_timeout_secs=1",
+        "limits.idle_timeout_secs=2",
+    ])
+    .await;
+    let server = env.musicd().await;
+    let addr = server.addr;
+    tokio::task::spawn_blocking(move || {
+        // Headers that never finish.
+        let mut slow = TcpStream::connect(addr).expect("connect");
+        slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .expect("write");
+        let (_, took) = read_until_closed(&mut slow, Duration::from_secs(10));
+        assert!(
+            took < Duration::from_secs(4),
+            "slowloris held the connection for {took:?}"
+        );
+
+        // One request, then silence.
+        let mut idle = TcpStream::connect(addr).expect("connect");
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .expect("write");
+        let (answer, took) = read_until_closed(&mut idle, Duration::from_secs(10));
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        assert!(
+            took >= Duration::from_millis(900),
+            "closed too early: {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(5),
+            "idle connection kept for {took:?}"
+        );
+    })
+    .await
+    .expect("client thread");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_heads_and_urls_are_refused() {
+    let env = env_with(&["limits.max_header_bytes=8192", "limits.max_uri_bytes=512"]).await;
+    let server = env.musicd().await;
+    let long_url = format!("/musicdb/{}/x.mp3", "a".repeat(600));
+    let response = client()
+        .get(server.url(&long_url))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(response.status(), StatusCode::URI_TOO_LONG);
+    let response = client()
+        .get(server.url("/healthz"))
+        .header("x-padding", "p".repeat(20_000))
+        .send()
+        .await;
+    match response {
+        Ok(r) => assert_eq!(r.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE),
+        // hyper may also just close a connection whose head overflows its buffer.
+        Err(e) => assert!(!e.is_connect(), "{e}"),
+    }
+    // The server is fine afterwards.
+    assert_eq!(
+        client()
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .expect("GET")
+            .status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_get_503_and_the_server_stays_up() {
+    let env = env_with(&["limits.max_connections=5"]).await;
+    let server = env.musicd().await;
+    let addr = server.addr;
+    tokio::task::spawn_blocking(move || {
+        let held: Vec<TcpStream> = (0..5)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut extra = TcpStream::connect(addr).expect("the kernel still accepts");
+        let (answer, _) = read_until_closed(&mut extra, Duration::from_secs(5));
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        assert!(text.contains("Retry-After: 1"), "{text}");
+        drop(held);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut fresh = TcpStream::connect(addr).expect("connect");
+        fresh
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("write");
+        let (answer, _) = read_until_closed(&mut fresh, Duration::from_secs(5));
+        assert!(
+            answer.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    })
+    .await
+    .expect("client thread");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
+    let env = env_with(&["limits.write_timeout_secs=1", "cache.file_total_bytes=0"]).await;
+    let (id, _) = env.track("big.mp3", &pattern(64 * 1024 * 1024, 1)).await;
+    let server = env.musicd().await;
+    let addr = server.addr;
+    let metrics_url = server.url("/metrics");
+    let mut stalled = TcpStream::connect(addr).expect("connect");
+    // A tiny receive window makes the server's writes stall quickly.
+    stalled
+        .write_all(
+            format!(
+                "GET /musicdb/{}/x.mp3 HTTP/1.1\r\nHost: x\r\n\r\n",
+                id.to_hex()
+            )
+            .as_bytes(),
+        )
+        .expect("write");
+    let open = |text: &str| -> f64 {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("musicd_open_connections ")?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(-1.0)
+    };
+    let scrape = || async {
+        let text = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("client")
+            .get(&metrics_url)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        open(&text)
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(scrape().await, 2.0, "the stalled download and this scrape");
+    let started = Instant::now();
+    loop {
+        if scrape().await == 1.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "the stalled connection was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The socket is closed on the server side: reading drains what was buffered, then EOF.
+    let (_, _) = read_until_closed(&mut stalled, Duration::from_secs(5));
+    drop(stalled);
+}
