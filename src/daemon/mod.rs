@@ -168,7 +168,7 @@ async fn serve_until_stopped(
 ) -> Result<(), DaemonError> {
     let std_listener = match inherited {
         Some(listener) => listener,
-        None => std::net::TcpListener::bind(config.listen).map_err(|source| DaemonError::Bind {
+        None => sys::listen(config.listen, sys::BACKLOG).map_err(|source| DaemonError::Bind {
             addr: config.listen,
             source,
         })?,

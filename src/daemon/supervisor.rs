@@ -114,7 +114,7 @@ pub fn run(launch: Launch) -> i32 {
         Ok(fd) => fd,
         Err(err) => return fail(format!("cannot set up signal handling: {err}")),
     };
-    let listener = match TcpListener::bind(config.listen) {
+    let listener = match sys::listen(config.listen, sys::BACKLOG) {
         Ok(listener) => listener,
         Err(err) => return fail(format!("cannot listen on {}: {err}", config.listen)),
     };

@@ -213,3 +213,18 @@ pub fn prepare_worker(listener: RawFd) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Binds a listening TCP socket with a deep accept queue. std's `TcpListener::bind` uses a
+/// backlog of 128; connections that arrive while a worker restarts, or in a burst of
+/// thousands, wait in this queue, so it is sized like nginx's production setting.
+pub fn listen(addr: std::net::SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    Ok(socket.into())
+}
+
+/// Accept-queue length for [`listen`] (the kernel caps it at `net.core.somaxconn`).
+pub const BACKLOG: i32 = 4096;

@@ -158,7 +158,7 @@ async fn track_response(
     method: &Method,
     headers: &HeaderMap,
 ) -> (CacheOutcome, Result<Response, ApiError>) {
-    let Ok(oid) = ObjectId::parse_str(&id) else {
+    let Some(oid) = parse_track_id(&id) else {
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
     let resolution = match state.resolver.resolve(&oid).await {
@@ -184,6 +184,14 @@ async fn track_response(
     }
     let served = file::serve(Arc::clone(&state.files), id, path, request).await;
     (resolution.outcome, served)
+}
+
+/// The ObjectId in a track URL segment: exactly 24 hexadecimal digits (either case).
+pub fn parse_track_id(segment: &str) -> Option<ObjectId> {
+    if segment.len() != 24 || !segment.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    ObjectId::parse_str(segment).ok()
 }
 
 /// Source of request ids: a random per-process prefix and a counter.
@@ -556,4 +564,24 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_track_id;
+
+    #[test]
+    fn track_ids_are_exactly_24_hex_digits() {
+        assert!(parse_track_id("6b0dc37d3ba0d873deac9381").is_some());
+        assert!(parse_track_id("6B0DC37D3BA0D873DEAC9381").is_some());
+        for bad in [
+            "",
+            "6b0dc37d3ba0d873deac938",
+            "6b0dc37d3ba0d873deac93811",
+            "zb0dc37d3ba0d873deac9381",
+            "6b0dc37d3ba0d873deac938é",
+        ] {
+            assert!(parse_track_id(bad).is_none(), "{bad}");
+        }
+    }
 }
