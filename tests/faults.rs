@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use common::load::{Check, hammer_checked};
 use common::{Server, TestEnv, client, pattern, shared_mongo, shared_redis};
-use mongodb::bson::doc;
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
@@ -95,12 +94,7 @@ async fn mongodb_stopped_during_load_keeps_cached_ids_and_503s_the_rest() {
         let (id, _) = env.track(&format!("u{i}.mp3"), b"uncached").await;
         uncached.push(server.track_url(&id));
     }
-    env.tracks
-        .client()
-        .database("admin")
-        .run_command(doc! { "fsync": 1 })
-        .await
-        .expect("fsync");
+    env.make_durable().await;
 
     let urls: Vec<String> = cached.iter().map(|(u, _)| u.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));

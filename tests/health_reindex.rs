@@ -56,12 +56,7 @@ async fn health_is_0_healthy_1_with_redis_down_2_with_mongodb_or_the_daemon_down
     redis.restart();
 
     // Durable first, so the restarted mongod still has the collection (as a real one would).
-    env.tracks
-        .client()
-        .database("admin")
-        .run_command(doc! { "fsync": 1 })
-        .await
-        .expect("fsync");
+    env.make_durable().await;
     mongo.kill();
     let (code, report) = tokio::task::block_in_place(|| health(&env, &listen));
     assert_eq!(code, Some(2), "{report}");

@@ -7,17 +7,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, client, pattern, shared_mongo, shared_redis};
+use common::{TestEnv, client, pattern};
 use reqwest::StatusCode;
-
-async fn env_with(overrides: &[&str]) -> TestEnv {
-    TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_mongo().mongo_uri(),
-        overrides,
-    )
-    .await
-}
 
 /// Reads until the server closes; returns what arrived and how long it took.
 fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Duration) {
@@ -36,7 +27,7 @@ fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Durat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slowloris_client_and_an_idle_keep_alive_connection_are_closed() {
-    let env = env_with(&[
+    let env = TestEnv::shared_with(&[
         "limits.header_read_timeout_secs=1",
         "limits.idle_timeout_secs=2",
     ])
@@ -79,7 +70,8 @@ async fn a_slowloris_client_and_an_idle_keep_alive_connection_are_closed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_heads_and_urls_are_refused() {
-    let env = env_with(&["limits.max_header_bytes=8192", "limits.max_uri_bytes=512"]).await;
+    let env =
+        TestEnv::shared_with(&["limits.max_header_bytes=8192", "limits.max_uri_bytes=512"]).await;
     let server = env.musicd().await;
     let long_url = format!("/musicdb/{}/x.mp3", "a".repeat(600));
     let response = client()
@@ -112,7 +104,7 @@ async fn oversized_heads_and_urls_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_cap_get_503_and_the_server_stays_up() {
-    let env = env_with(&["limits.max_connections=5"]).await;
+    let env = TestEnv::shared_with(&["limits.max_connections=5"]).await;
     let server = env.musicd().await;
     let addr = server.addr;
     tokio::task::spawn_blocking(move || {
@@ -144,7 +136,8 @@ async fn connections_over_the_cap_get_503_and_the_server_stays_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
-    let env = env_with(&["limits.write_timeout_secs=1", "cache.file_total_bytes=0"]).await;
+    let env =
+        TestEnv::shared_with(&["limits.write_timeout_secs=1", "cache.file_total_bytes=0"]).await;
     let (id, _) = env.track("big.mp3", &pattern(64 * 1024 * 1024, 1)).await;
     let server = env.musicd().await;
     let addr = server.addr;

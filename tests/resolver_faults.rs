@@ -92,8 +92,7 @@ async fn mongodb_killed_mid_test_serves_cached_ids_and_503s_the_rest() {
 
     // The documents were written a moment ago: make them durable, as catalogue entries long
     // written would be, so that the restart below brings them back.
-    let admin = env.tracks.client().database("admin");
-    admin.run_command(doc! { "fsync": 1 }).await.expect("fsync");
+    env.make_durable().await;
     mongo.kill();
     let (status, _, body) = get(&server.track_url(&cached)).await;
     assert_eq!(

@@ -12,21 +12,12 @@ use std::time::{Duration, Instant};
 
 use common::load::hammer;
 use common::supervised::{Supervised, alive, signal};
-use common::{TestEnv, client, free_port, pattern, shared_mongo, shared_redis};
+use common::{TestEnv, client, free_port, pattern};
 use reqwest::StatusCode;
-
-async fn env_with(overrides: &[&str]) -> TestEnv {
-    TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_mongo().mongo_uri(),
-        overrides,
-    )
-    .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refused() {
-    let env = env_with(&["daemon.min_uptime_secs=1"]).await;
+    let env = TestEnv::shared_with(&["daemon.min_uptime_secs=1"]).await;
     let bytes = Arc::new(pattern(64 * 1024, 1));
     let (id, _) = env.track("a.mp3", &bytes).await;
     let daemon = Supervised::start(&env);
@@ -83,7 +74,8 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_keeps_crashing_makes_the_supervisor_back_off_and_give_up() {
-    let env = env_with(&["daemon.max_restarts=3", "daemon.restart_window_secs=60"]).await;
+    let env =
+        TestEnv::shared_with(&["daemon.max_restarts=3", "daemon.restart_window_secs=60"]).await;
     let daemon = Supervised::start(&env);
     let supervisor = daemon.supervisor_pid();
     // The media volume disappears: every new worker now fails its config check.
@@ -129,7 +121,7 @@ async fn a_worker_that_keeps_crashing_makes_the_supervisor_back_off_and_give_up(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_the_old_worker() {
-    let env = env_with(&[]).await;
+    let env = TestEnv::shared_with(&[]).await;
     let bytes = Arc::new(pattern(256 * 1024, 2));
     let (id, _) = env.track("b.mp3", &bytes).await;
     let daemon = Supervised::start(&env);
@@ -195,7 +187,8 @@ async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
     // Streamed from disk: larger than the in-memory file cache admits.
-    let env = env_with(&["daemon.stop_timeout_secs=2", "cache.file_max_bytes=1048576"]).await;
+    let env =
+        TestEnv::shared_with(&["daemon.stop_timeout_secs=2", "cache.file_max_bytes=1048576"]).await;
     let bytes = pattern(32 * 1024 * 1024, 3);
     let (id, _) = env.track("c.mp3", &bytes).await;
 
@@ -260,7 +253,7 @@ async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigusr1_reopens_the_log_file_after_rotation() {
-    let env = env_with(&[]).await;
+    let env = TestEnv::shared_with(&[]).await;
     let daemon = Supervised::start(&env);
     let log = env.config.daemon.log_file.clone();
     let rotated = log.with_extension("log.1");
@@ -286,7 +279,7 @@ async fn sigusr1_reopens_the_log_file_after_rotation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_start_is_refused_and_a_stale_pid_file_is_replaced() {
-    let env = env_with(&[]).await;
+    let env = TestEnv::shared_with(&[]).await;
     let pid_file = env.config.daemon.pid_file.clone();
     std::fs::create_dir_all(pid_file.parent().expect("dir")).expect("mkdir");
     // A pid file left by a crash, naming a pid that no longer exists.
@@ -305,7 +298,7 @@ async fn a_second_start_is_refused_and_a_stale_pid_file_is_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn musicd_run_notifies_ready_after_it_accepts_and_stopping_on_sigterm() {
-    let env = env_with(&[]).await;
+    let env = TestEnv::shared_with(&[]).await;
     let socket_path = env.dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).expect("notify socket");
     socket

@@ -98,25 +98,27 @@ pub async fn reindex(
         .await?;
     // One batch is checked on the blocking pool while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Vec<Verdict>>> = None;
-    loop {
-        let mut batch = Vec::with_capacity(batch_size);
-        while batch.len() < batch_size {
-            match cursor.try_next().await? {
-                Some(document) => batch.push(document),
-                None => break,
+    let mut exhausted = false;
+    while !exhausted || checking.is_some() {
+        let mut next = None;
+        if !exhausted {
+            let mut batch = Vec::with_capacity(batch_size);
+            while batch.len() < batch_size {
+                match cursor.try_next().await? {
+                    Some(document) => batch.push(document),
+                    None => break,
+                }
+            }
+            exhausted = batch.len() < batch_size;
+            report.documents += batch.len() as u64;
+            if !batch.is_empty() {
+                let roots = backends.roots.clone();
+                let field = field.clone();
+                next = Some(tokio::task::spawn_blocking(move || {
+                    classify(&roots, &field, batch)
+                }));
             }
         }
-        let last = batch.len() < batch_size;
-        report.documents += batch.len() as u64;
-        let next = if batch.is_empty() {
-            None
-        } else {
-            let roots = backends.roots.clone();
-            let field = field.clone();
-            Some(tokio::task::spawn_blocking(move || {
-                classify(&roots, &field, batch)
-            }))
-        };
         if let Some(previous) = checking.take() {
             let verdicts = previous
                 .await
@@ -129,21 +131,7 @@ pub async fn reindex(
             });
         }
         checking = next;
-        if last {
-            break;
-        }
     }
-    if let Some(previous) = checking.take() {
-        let verdicts = previous
-            .await
-            .map_err(|e| AdminError::Usage(format!("path check failed: {e}")))?;
-        write_batch(backends, verdicts, options.dry_run, &mut report).await;
-    }
-    progress(ReindexProgress {
-        documents: report.documents,
-        indexed: report.indexed,
-        pruned: 0,
-    });
     if options.prune {
         prune(
             backends,

@@ -491,6 +491,27 @@ impl TestEnv {
         .await
     }
 
+    /// A world over the shared servers with `key=value` config overrides (as `--set`).
+    pub async fn shared_with(overrides: &[&str]) -> TestEnv {
+        TestEnv::with(
+            &shared_redis().redis_url(),
+            &shared_mongo().mongo_uri(),
+            overrides,
+        )
+        .await
+    }
+
+    /// Makes MongoDB's writes so far durable (fsync), so a mongod killed with SIGKILL and
+    /// restarted still has them, as long-written catalogue entries would be.
+    pub async fn make_durable(&self) {
+        self.tracks
+            .client()
+            .database("admin")
+            .run_command(doc! { "fsync": 1 })
+            .await
+            .expect("fsync");
+    }
+
     /// A world over the given servers, with `key=value` config overrides (as `--set`).
     pub async fn with(redis_url: &str, mongo_uri: &str, overrides: &[&str]) -> TestEnv {
         TestEnv::with_redis(
