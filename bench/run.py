@@ -29,6 +29,7 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
+leftovers = []
 
 
 def free_port():
@@ -217,6 +218,8 @@ http {{
     wait_port(nginx_port)
     time.sleep(0.3)
     nginx_pids = [nginx.pid] + children(nginx.pid)
+    # Workers outlive a master that dies abruptly: remember them so teardown can end them.
+    leftovers.extend(nginx_pids[1:])
 
     n = f"http://127.0.0.1:{nginx_port}"
     d = f"http://127.0.0.1:{direct_port}"
@@ -310,6 +313,11 @@ def stop_all(*_):
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             p.kill()
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 if __name__ == "__main__":

@@ -44,7 +44,8 @@ impl Nginx {
         // Tests run as root in CI: workers must be able to read the 0700 temp dirs.
         let user = if unsafe_is_root() { "user root;" } else { "" };
         let main = format!(
-            "{user}\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "{user}\n# One process: killing it on drop leaves no orphaned worker behind.\n\
+             master_process off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  access_log off;\n  include /etc/nginx/mime.types;\n\
                client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
