@@ -232,14 +232,7 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
     let new_path = env.write_file("v2.mp3", b"new version");
     let servers = [env.musicd().await, env.musicd().await];
     for server in &servers {
-        let body = common::client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        let (_, _, body) = common::fetch(&server.track_url(&id)).await;
         assert_eq!(body.as_ref(), b"old version");
     }
     // The catalogue moves the track; the operator purges its cache entry.
@@ -255,14 +248,7 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
     assert_eq!(code, Some(0));
     for server in &servers {
         loop {
-            let body = common::client()
-                .get(server.track_url(&id))
-                .send()
-                .await
-                .expect("GET")
-                .bytes()
-                .await
-                .expect("body");
+            let (_, _, body) = common::fetch(&server.track_url(&id)).await;
             if body.as_ref() == b"new version" {
                 break;
             }

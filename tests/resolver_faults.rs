@@ -4,18 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Server, TestEnv, client, shared_mongo, shared_redis};
+use common::{Server, TestEnv, client, fetch, shared_mongo, shared_redis};
 use mongodb::bson::doc;
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
-
-async fn get(url: &str) -> (StatusCode, reqwest::header::HeaderMap, Vec<u8>) {
-    let response = client().get(url).send().await.expect("request sent");
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = response.bytes().await.expect("body").to_vec();
-    (status, headers, body)
-}
 
 async fn readyz(server: &common::Musicd) -> (StatusCode, serde_json::Value) {
     let response = client()
@@ -34,24 +26,24 @@ async fn redis_killed_mid_test_degrades_to_mongodb_and_recovers() {
     let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
     let (uncached, _) = env.track("uncached.mp3", b"uncached bytes").await;
     let server = env.musicd().await;
-    assert_eq!(get(&server.track_url(&cached)).await.0, StatusCode::OK);
+    assert_eq!(fetch(&server.track_url(&cached)).await.0, StatusCode::OK);
     assert!(env.cached(&cached).await.is_some());
 
     redis.kill();
     for _ in 0..20 {
-        let (status, _, body) = get(&server.track_url(&cached)).await;
+        let (status, _, body) = fetch(&server.track_url(&cached)).await;
         assert_eq!(
-            (status, body.as_slice()),
+            (status, body.as_ref()),
             (StatusCode::OK, b"cached bytes".as_slice())
         );
     }
-    let (status, _, body) = get(&server.track_url(&uncached)).await;
+    let (status, _, body) = fetch(&server.track_url(&uncached)).await;
     assert_eq!(
-        (status, body.as_slice()),
+        (status, body.as_ref()),
         (StatusCode::OK, b"uncached bytes".as_slice())
     );
     let (status, unknown_body) = {
-        let (s, _, b) = get(&server.track_url(&ObjectId::new())).await;
+        let (s, _, b) = fetch(&server.track_url(&ObjectId::new())).await;
         (s, b)
     };
     assert_eq!(
@@ -70,7 +62,7 @@ async fn redis_killed_mid_test_degrades_to_mongodb_and_recovers() {
     redis.restart();
     let mut rewritten = false;
     for _ in 0..50 {
-        assert_eq!(get(&server.track_url(&uncached)).await.0, StatusCode::OK);
+        assert_eq!(fetch(&server.track_url(&uncached)).await.0, StatusCode::OK);
         if env.cached(&uncached).await.is_some() {
             rewritten = true;
             break;
@@ -88,18 +80,18 @@ async fn mongodb_killed_mid_test_serves_cached_ids_and_503s_the_rest() {
     let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
     let (uncached, _) = env.track("uncached.mp3", b"uncached bytes").await;
     let server = env.musicd().await;
-    assert_eq!(get(&server.track_url(&cached)).await.0, StatusCode::OK);
+    assert_eq!(fetch(&server.track_url(&cached)).await.0, StatusCode::OK);
 
     // The documents were written a moment ago: make them durable, as catalogue entries long
     // written would be, so that the restart below brings them back.
     env.make_durable().await;
     mongo.kill();
-    let (status, _, body) = get(&server.track_url(&cached)).await;
+    let (status, _, body) = fetch(&server.track_url(&cached)).await;
     assert_eq!(
-        (status, body.as_slice()),
+        (status, body.as_ref()),
         (StatusCode::OK, b"cached bytes".as_slice())
     );
-    let (status, headers, body) = get(&server.track_url(&uncached)).await;
+    let (status, headers, body) = fetch(&server.track_url(&uncached)).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         headers.get("retry-after").and_then(|v| v.to_str().ok()),
@@ -118,9 +110,9 @@ async fn mongodb_killed_mid_test_serves_cached_ids_and_503s_the_rest() {
     mongo.restart();
     let mut served = false;
     for _ in 0..100 {
-        let (status, _, body) = get(&server.track_url(&uncached)).await;
+        let (status, _, body) = fetch(&server.track_url(&uncached)).await;
         if status == StatusCode::OK {
-            assert_eq!(body, b"uncached bytes");
+            assert_eq!(body.as_ref(), b"uncached bytes");
             served = true;
             break;
         }

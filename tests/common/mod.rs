@@ -742,6 +742,37 @@ pub fn client() -> reqwest::Client {
         .expect("http client")
 }
 
+/// GET `url` with extra headers: status, headers and the whole body.
+pub async fn fetch_with(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    bytes::Bytes,
+) {
+    let mut request = client().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("body");
+    (status, headers, body)
+}
+
+/// GET `url`: status, headers and the whole body.
+pub async fn fetch(
+    url: &str,
+) -> (
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    bytes::Bytes,
+) {
+    fetch_with(url, &[]).await
+}
+
 /// Path to a built binary of this package.
 pub fn bin(name: &str) -> PathBuf {
     match name {
