@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use common::{TestEnv, client, pattern};
+use common::{TestEnv, client, fetch_with, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
@@ -131,27 +131,15 @@ async fn single_ranges_answer_206_with_the_exact_bytes() {
         ("bytes=100000-700000", 100_000, 700_001),
     ];
     for (range, start, end) in cases {
-        let response = client()
-            .get(server.track_url(&id))
-            .header(header::RANGE, range)
-            .send()
-            .await
-            .expect("GET range");
-        assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT, "{range}");
+        let (status, headers, body) = fetch_with(&server.track_url(&id), &[("range", range)]).await;
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT, "{range}");
         assert_eq!(
-            h(response.headers(), "content-range"),
+            h(&headers, "content-range"),
             format!("bytes {start}-{}/1000000", end - 1),
             "{range}"
         );
-        assert_eq!(
-            h(response.headers(), "content-length"),
-            (end - start).to_string()
-        );
-        assert_eq!(
-            response.bytes().await.expect("body").as_ref(),
-            &bytes[start..end],
-            "{range}"
-        );
+        assert_eq!(h(&headers, "content-length"), (end - start).to_string());
+        assert_eq!(body.as_ref(), &bytes[start..end], "{range}");
     }
 }
 
@@ -161,22 +149,18 @@ async fn several_ranges_answer_multipart_byteranges() {
     let bytes = pattern(10_000, 5);
     let (id, _) = env.track("m.ogg", &bytes).await;
     let server = env.musicd().await;
-    let response = client()
-        .get(server.track_url(&id))
-        .header(header::RANGE, "bytes=5000-5099, 0-9, 20-29, 25-39")
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
-    let content_type = h(response.headers(), "content-type").to_string();
+    let (status, headers, body) = fetch_with(
+        &server.track_url(&id),
+        &[("range", "bytes=5000-5099, 0-9, 20-29, 25-39")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    let content_type = h(&headers, "content-type").to_string();
     let boundary = content_type
         .strip_prefix("multipart/byteranges; boundary=")
         .expect("multipart type")
         .to_string();
-    let length: usize = h(response.headers(), "content-length")
-        .parse()
-        .expect("length");
-    let body = response.bytes().await.expect("body");
+    let length: usize = h(&headers, "content-length").parse().expect("length");
     assert_eq!(body.len(), length);
 
     // Parts come sorted, overlapping ones (20-29, 25-39) merged.
@@ -205,14 +189,10 @@ async fn unsatisfiable_and_abusive_ranges() {
     let (id, _) = env.track("u.mp3", &bytes).await;
     let server = env.musicd().await;
 
-    let response = client()
-        .get(server.track_url(&id))
-        .header(header::RANGE, "bytes=1000-")
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
-    assert_eq!(h(response.headers(), "content-range"), "bytes */1000");
+    let (status, headers, _) =
+        fetch_with(&server.track_url(&id), &[("range", "bytes=1000-")]).await;
+    assert_eq!(status, StatusCode::RANGE_NOT_SATISFIABLE);
+    assert_eq!(h(&headers, "content-range"), "bytes */1000");
 
     // More ranges than max_ranges (16) or overlapping ranges summing past the file: 200 whole.
     let many = (0..20)
@@ -225,17 +205,9 @@ async fn unsatisfiable_and_abusive_ranges() {
         format!("bytes={overlapping}"),
         "bytes=oops".into(),
     ] {
-        let response = client()
-            .get(server.track_url(&id))
-            .header(header::RANGE, &range)
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(response.status(), StatusCode::OK, "{range}");
-        assert_eq!(
-            response.bytes().await.expect("body").as_ref(),
-            bytes.as_slice()
-        );
+        let (status, _, body) = fetch_with(&server.track_url(&id), &[("range", &range)]).await;
+        assert_eq!(status, StatusCode::OK, "{range}");
+        assert_eq!(body.as_ref(), bytes.as_slice());
     }
 }
 
@@ -324,19 +296,11 @@ async fn a_replaced_file_gets_a_new_etag_and_stale_if_range_gets_the_new_bytes()
     std::fs::write(&tmp, &new_bytes).expect("write");
     std::fs::rename(&tmp, &path).expect("rename");
 
-    let response = client()
-        .get(&url)
-        .header(header::RANGE, "bytes=4000-")
-        .header(header::IF_RANGE, &old_etag)
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(response.status(), StatusCode::OK);
-    assert_ne!(h(response.headers(), "etag"), old_etag);
-    assert_eq!(
-        response.bytes().await.expect("body").as_ref(),
-        new_bytes.as_slice()
-    );
+    let (status, headers, body) =
+        fetch_with(&url, &[("range", "bytes=4000-"), ("if-range", &old_etag)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_ne!(h(&headers, "etag"), old_etag);
+    assert_eq!(body.as_ref(), new_bytes.as_slice());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

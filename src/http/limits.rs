@@ -48,6 +48,21 @@ impl<T> GuardedIo<T> {
         self.idle_timer = None;
     }
 
+    /// Progress resets the clocks; a pending write runs the write-stall clock.
+    fn after_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(result) => {
+                self.progressed();
+                Poll::Ready(result)
+            }
+            Poll::Pending => self.poll_write_deadline(cx).map(Err),
+        }
+    }
+
     fn poll_write_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         let deadline = Instant::now() + self.write_timeout;
         let timer = self
@@ -106,13 +121,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedIo<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(result) => {
-                this.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => this.poll_write_deadline(cx).map(Err),
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.after_write(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -121,13 +131,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedIo<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(result) => {
-                this.progressed();
-                Poll::Ready(result)
-            }
-            Poll::Pending => this.poll_write_deadline(cx).map(Err),
-        }
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.after_write(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
