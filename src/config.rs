@@ -109,6 +109,8 @@ pub struct Config {
     /// Whether a path may pass through a symlink inside a media root (links out of the
     /// roots are refused either way).
     pub follow_symlinks: bool,
+    /// Whether large bodies are sent with `sendfile(2)` (true) or copied at send time.
+    pub zero_copy: bool,
 }
 
 /// Limits on clients: every one has a safe default.
@@ -220,6 +222,7 @@ struct RawConfig {
     #[serde(default)]
     limits: RawLimits,
     follow_symlinks: Option<bool>,
+    zero_copy: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -633,6 +636,7 @@ impl RawConfig {
             cache,
             limits,
             follow_symlinks: self.follow_symlinks.unwrap_or(false),
+            zero_copy: self.zero_copy.unwrap_or(true),
         })
     }
 }

@@ -197,7 +197,7 @@ async fn serve_until_stopped(
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let metrics = Arc::clone(&state.metrics);
-    let app = http::router(state, &config.route_prefixes);
+    let app = http::app(state, &config.route_prefixes);
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
     notify::ready(&status);

@@ -1,14 +1,14 @@
-//! Response bodies made of in-memory bytes and slices of an open file.
+//! Response bodies: in-memory bytes, slices of an open file, or a framework body.
 //!
-//! A body is a list of [`Segment`]s: a whole small file is one `Bytes` segment, a range is
-//! one file segment, a multipart answer alternates part headers and file segments. File
-//! segments are read with positional reads (`pread`) on the blocking pool in large chunks,
-//! so the file offset is never shared state and a range costs one syscall per chunk.
+//! A file answer is a list of [`Segment`]s: a range is one file segment, a multipart
+//! answer alternates part headers and file segments. The connection sends file segments
+//! with `sendfile(2)` (see [`super::conn`]); only when a file answer has to become an axum
+//! [`Body`] (the router's own track route) are they read with positional reads on the
+//! blocking pool, so the file offset is never shared state.
 //!
-//! A file that shrinks while it is being sent (truncated, or rewritten in place) makes the
-//! stream fail with `UnexpectedEof` instead of padding or hanging: hyper then aborts the
-//! connection, so the client sees a short, failed transfer rather than a wrong body with a
-//! success status.
+//! A file that shrinks while it is being sent (truncated, or rewritten in place) fails the
+//! transfer instead of padding or hanging: the connection is aborted, so the client sees a
+//! short, failed transfer rather than a wrong body with a success status.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -48,6 +48,59 @@ impl Segment {
     /// Whether the segment contributes nothing.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// What follows a response head.
+pub enum Payload {
+    /// Nothing.
+    Empty,
+    /// Bytes already in memory.
+    Bytes(Bytes),
+    /// Slices of an open file and in-memory parts, in order.
+    File {
+        /// The file, opened (and confined) before the head was decided.
+        file: Arc<File>,
+        /// What to send.
+        segments: Vec<Segment>,
+        /// The file's identity when it was opened: a transfer that finds it changed is
+        /// aborted.
+        opened: super::filecache::Identity,
+    },
+    /// A body produced by the router.
+    Body(Body),
+}
+
+impl Payload {
+    /// The body's length when known before sending.
+    pub fn exact_len(&self) -> Option<u64> {
+        match self {
+            Payload::Empty => Some(0),
+            Payload::Bytes(bytes) => Some(bytes.len() as u64),
+            Payload::File { segments, .. } => Some(segments.iter().map(Segment::len).sum()),
+            Payload::Body(body) => http_body::Body::size_hint(body).exact(),
+        }
+    }
+
+    /// The payload as an axum body.
+    pub fn into_body(self) -> Body {
+        match self {
+            Payload::Empty => Body::empty(),
+            Payload::Bytes(bytes) => Body::from(bytes),
+            Payload::File { file, segments, .. } => segments_body(file, segments),
+            Payload::Body(body) => body,
+        }
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::Empty => f.write_str("Empty"),
+            Payload::Bytes(bytes) => write!(f, "Bytes({})", bytes.len()),
+            Payload::File { segments, .. } => write!(f, "File({segments:?})"),
+            Payload::Body(_) => f.write_str("Body"),
+        }
     }
 }
 

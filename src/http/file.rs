@@ -12,12 +12,11 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use bytes::{BufMut, Bytes, BytesMut};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::body::{Segment, read_chunk, segments_body};
+use super::body::{Payload, Segment, read_chunk};
 use super::conditional::{Preconditions, Validators, Verdict, evaluate};
 use super::error::{ApiError, json_status};
 use super::filecache::{CachedFile, FileCache, Identity};
@@ -93,14 +92,16 @@ pub struct FileSettings {
     pub accel_location: String,
     /// Small hot files in memory.
     pub cache: FileCache,
+    /// Large bodies with `sendfile(2)` rather than copied (see `zero_copy` in the config).
+    pub zero_copy: bool,
 }
 
 /// Where the bytes of an answer come from.
 enum Source {
     /// The whole file, in memory.
     Memory(Bytes),
-    /// An open file.
-    Disk(File),
+    /// An open file, and what it was when opened.
+    Disk(File, Identity),
 }
 
 /// The hot path: answers from the in-memory copy when it is still the file on disk. Runs
@@ -110,7 +111,7 @@ pub fn from_memory(
     id: &str,
     raw_path: &str,
     request: &FileRequest,
-) -> Option<Result<Response<Body>, ApiError>> {
+) -> Option<Result<Response<Payload>, ApiError>> {
     if settings.mode != ServeMode::Direct {
         return None;
     }
@@ -130,7 +131,7 @@ pub async fn serve(
     id: String,
     raw_path: String,
     request: FileRequest,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Payload>, ApiError> {
     let task_id = id.clone();
     tokio::task::spawn_blocking(move || prepare(&settings, &task_id, &raw_path, &request))
         .await
@@ -147,7 +148,7 @@ pub fn prepare(
     id: &str,
     raw_path: &str,
     request: &FileRequest,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Payload>, ApiError> {
     let media = settings
         .roots
         .open(raw_path)
@@ -170,7 +171,13 @@ pub fn prepare(
         let bytes = cached.bytes.clone();
         return respond(settings, id, &cached.facts, Source::Memory(bytes), request);
     }
-    respond(settings, id, &facts, Source::Disk(media.file), request)
+    respond(
+        settings,
+        id,
+        &facts,
+        Source::Disk(media.file, Identity::of(&media.metadata)),
+        request,
+    )
 }
 
 /// Reads the whole file if it did not change while being read (else `None`: stream it).
@@ -230,7 +237,7 @@ fn respond(
     facts: &FileFacts,
     source: Source,
     request: &FileRequest,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Response<Payload>, ApiError> {
     let size = facts.size;
     let mut headers = HeaderMap::with_capacity(9);
     headers.insert(header::ETAG, facts.etag.clone());
@@ -243,14 +250,14 @@ fn respond(
             return Ok(with_headers(
                 StatusCode::NOT_MODIFIED,
                 headers,
-                Body::empty(),
+                Payload::Empty,
             ));
         }
         Verdict::PreconditionFailed => {
-            return Ok(json_status(
-                StatusCode::PRECONDITION_FAILED,
-                "precondition failed",
-            ));
+            return Ok(
+                json_status(StatusCode::PRECONDITION_FAILED, "precondition failed")
+                    .map(Payload::Body),
+            );
         }
         Verdict::Proceed | Verdict::IgnoreRange => {}
     }
@@ -269,7 +276,7 @@ fn respond(
             if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
                 answer.headers_mut().insert(header::CONTENT_RANGE, value);
             }
-            return Ok(answer);
+            return Ok(answer.map(Payload::Body));
         }
         RangeDecision::Full => {
             headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
@@ -313,12 +320,12 @@ fn respond(
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
 
     let body = if request.head || length == 0 {
-        Body::empty()
+        Payload::Empty
     } else {
         match source {
-            Source::Memory(bytes) => Body::from(from_bytes(&bytes, segments)),
-            Source::Disk(file) => {
-                inline_or_stream(file, segments, length).map_err(|source| ApiError::Io {
+            Source::Memory(bytes) => Payload::Bytes(from_bytes(&bytes, segments)),
+            Source::Disk(file, opened) => {
+                inline_or_stream(file, opened, segments, length).map_err(|source| ApiError::Io {
                     id: id.to_string(),
                     source,
                 })?
@@ -328,7 +335,7 @@ fn respond(
     Ok(with_headers(status, headers, body))
 }
 
-fn with_headers(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
+fn with_headers(status: StatusCode, headers: HeaderMap, body: Payload) -> Response<Payload> {
     let mut response = Response::new(body);
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -360,10 +367,19 @@ fn from_bytes(file: &Bytes, segments: Vec<Segment>) -> Bytes {
     out.freeze()
 }
 
-/// Small bodies are read now, in this blocking hop; large ones stream.
-fn inline_or_stream(file: File, segments: Vec<Segment>, length: u64) -> std::io::Result<Body> {
+/// Small bodies are read now, in this blocking hop; large ones are sent from the open file.
+fn inline_or_stream(
+    file: File,
+    opened: Identity,
+    segments: Vec<Segment>,
+    length: u64,
+) -> std::io::Result<Payload> {
     if length > INLINE_READ_MAX {
-        return Ok(segments_body(Arc::new(file), segments));
+        return Ok(Payload::File {
+            file: Arc::new(file),
+            segments,
+            opened,
+        });
     }
     let mut out = BytesMut::with_capacity(length as usize);
     for segment in segments {
@@ -372,7 +388,7 @@ fn inline_or_stream(file: File, segments: Vec<Segment>, length: u64) -> std::io:
             Segment::File { offset, len } => out.put(read_chunk(&file, offset, len as usize)?),
         }
     }
-    Ok(Body::from(out.freeze()))
+    Ok(Payload::Bytes(out.freeze()))
 }
 
 /// The parts of a `multipart/byteranges` body.
@@ -410,7 +426,7 @@ const OFFLOAD_KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// An empty answer telling the front server which file to send.
-fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Body> {
+fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Payload> {
     let mut response = Response::builder()
         .header(header::CONTENT_TYPE, content_type(&media.path))
         .header(header::CACHE_CONTROL, settings.cache_control.clone())
@@ -435,9 +451,9 @@ fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Body> {
             response.header("X-Accel-Redirect", uri)
         }
     };
-    response
-        .body(Body::empty())
-        .unwrap_or_else(|_| json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header"))
+    response.body(Payload::Empty).unwrap_or_else(|_| {
+        json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header").map(Payload::Body)
+    })
 }
 
 /// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.
@@ -485,16 +501,18 @@ mod tests {
             max_ranges: 16,
             accel_location: "/internal".into(),
             cache: FileCache::new(0, 0),
+            zero_copy: true,
         }
     }
 
-    fn body_bytes(response: Response<Body>) -> Bytes {
+    fn body_bytes(response: Response<Payload>) -> Bytes {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
         runtime.block_on(async {
             use http_body_util::BodyExt;
             response
+                .into_body()
                 .into_body()
                 .collect()
                 .await

@@ -682,7 +682,7 @@ impl Musicd {
         let addr = listener.local_addr().expect("addr");
         let state = AppState::new(config).await.expect("app state");
         let metrics = std::sync::Arc::clone(&state.metrics);
-        let app = musicd::http::router(state, &config.route_prefixes);
+        let app = musicd::http::app(state, &config.route_prefixes);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let options = ServeOptions {
             grace: Duration::from_secs(5),

@@ -1,0 +1,71 @@
+//! The two socket calls tokio does not offer: `send(2)` with `MSG_MORE` and `sendfile(2)`.
+//!
+//! Large file bodies go from the page cache to the socket with `sendfile`, so their bytes
+//! never pass through user space (nginx's `sendfile on`); the response head goes first with
+//! `MSG_MORE`, so head and body leave in full packets even with `TCP_NODELAY` set (nginx's
+//! `tcp_nopush`). Both are non-blocking on the socket side: callers run them inside
+//! tokio's readiness loop (`TcpStream::try_io`), which treats `WouldBlock` as "wait for
+//! writable". All `unsafe` of the HTTP server is in this module.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Sends `data` on socket `socket`, telling the kernel more follows (`MSG_MORE`): it holds
+/// a partial packet back until the next send without the flag.
+pub fn send_more(socket: RawFd, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is a valid, initialised slice for the duration of the call; the kernel
+    // only reads `data.len()` bytes from it. An invalid descriptor is reported as EBADF.
+    let sent = unsafe {
+        libc::send(
+            socket,
+            data.as_ptr().cast(),
+            data.len(),
+            libc::MSG_MORE | libc::MSG_NOSIGNAL,
+        )
+    };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
+
+/// Sends up to `len` bytes of `file` starting at `offset` on socket `socket`, without
+/// copying them through user space. Returns how many were sent; `Ok(0)` for a non-empty
+/// request means the file ended before `offset + len` (it shrank).
+pub fn send_file(socket: RawFd, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+    let mut position = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    // SAFETY: both descriptors are owned by live objects of the caller; `position` is a
+    // valid, exclusively borrowed off_t the kernel updates. sendfile with an offset pointer
+    // does not move the file's own offset, so concurrent senders of one file do not race.
+    let sent = unsafe { libc::sendfile(socket, file.as_raw_fd(), &mut position, len) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sent as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn send_file_sends_the_slice_and_reports_the_end_of_the_file() {
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(b"0123456789").expect("write");
+        let (left, mut right) = UnixStream::pair().expect("socket pair");
+        assert_eq!(send_file(left.as_raw_fd(), &file, 2, 5).expect("sent"), 5);
+        assert_eq!(
+            send_file(left.as_raw_fd(), &file, 10, 5).expect("at end"),
+            0
+        );
+        assert_eq!(send_more(left.as_raw_fd(), b"!").expect("sent"), 1);
+        drop(left);
+        let mut received = String::new();
+        right.read_to_string(&mut received).expect("read");
+        assert_eq!(received, "23456!");
+    }
+}
