@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REL = ROOT / "target" / "release"
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+# Comma-separated substrings of cell names to run (all by default); a partial run prints
+# its table but does not replace the committed results file.
+ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split(",") if c]
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
 leftovers = []
@@ -239,6 +242,8 @@ http {{
         ("/healthz", 1000, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
         ("cache miss (MongoDB lookup)", 10, None, (d, dp, "each_path_once.lua", miss_paths)),
     ]
+    if ONLY:
+        cells = [c for c in cells if any(o in f"{c[0]} c={c[1]}" for o in ONLY)]
     rows = []
     for name, conns, baseline, contender in cells:
         runs = {"nginx": [], "musicd": []}
@@ -296,9 +301,10 @@ http {{
     lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "
               "(includes the in-memory file cache: 4 MiB + 4 KiB + 1,000 small files)."]
     text = "\n".join(lines) + "\n"
-    out = ROOT / "bench" / "results" / "http.md"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(text)
+    if not ONLY:
+        out = ROOT / "bench" / "results" / "http.md"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(text)
     print(text)
     print(json.dumps(summary), file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)

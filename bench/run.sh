@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # musicd and nginx side by side, same files, same machine, same run.
 #   bench/run.sh                 (BENCH_SECONDS=5 BENCH_ROUNDS=3 by default)
+#   BENCH_CELLS="4 MiB,healthz" bench/run.sh   (only cells whose "name c=conns" contains one)
 # Writes bench/results/http.md. Loopback only; every wrk run is bounded in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
