@@ -62,14 +62,14 @@ impl LocalCache {
         &self.shards[usize::from(bytes[11]) % SHARDS]
     }
 
-    /// A live entry for `id`, if any.
-    pub fn get(&self, id: &ObjectId) -> Option<Local> {
+    /// A live entry for `id` at time `now`, if any.
+    pub fn get(&self, id: &ObjectId, now: Instant) -> Option<Local> {
         if !self.enabled() {
             return None;
         }
         let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
         let entry = shard.get(id)?;
-        (entry.expires > Instant::now()).then(|| entry.value.clone())
+        (entry.expires > now).then(|| entry.value.clone())
     }
 
     /// Remembers `value` for `id` for the TTL.
@@ -123,9 +123,12 @@ mod tests {
         let cache = LocalCache::new(Duration::from_millis(30), 10);
         let id = ObjectId::new();
         cache.put(id, Local::Path("/a.mp3".into()));
-        assert_eq!(cache.get(&id), Some(Local::Path("/a.mp3".into())));
+        assert_eq!(
+            cache.get(&id, Instant::now()),
+            Some(Local::Path("/a.mp3".into()))
+        );
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(cache.get(&id), None);
+        assert_eq!(cache.get(&id, Instant::now()), None);
     }
 
     #[test]
@@ -142,6 +145,6 @@ mod tests {
         let cache = LocalCache::new(Duration::ZERO, 100);
         let id = ObjectId::new();
         cache.put(id, Local::Absent);
-        assert_eq!(cache.get(&id), None);
+        assert_eq!(cache.get(&id, Instant::now()), None);
     }
 }

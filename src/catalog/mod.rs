@@ -127,7 +127,7 @@ impl Resolver {
     /// Resolves an id to the path its document names.
     pub async fn resolve(&self, id: &ObjectId) -> Result<Resolution, ResolveError> {
         let started = Instant::now();
-        if let Some(local) = self.local.get(id) {
+        if let Some(local) = self.local.get(id, started) {
             return Ok(Resolution {
                 path: match local {
                     Local::Path(path) => Some(path.to_string()),

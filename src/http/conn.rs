@@ -21,15 +21,17 @@
 
 use std::fmt;
 use std::fs::File;
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{Method, Request, Response, Version};
+use axum::http::{Method, Request, Version};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWriteExt, Interest};
@@ -39,9 +41,10 @@ use tokio::time::Instant;
 
 use super::body::{Payload, Segment};
 use super::error::{Outcome, json_status};
+use super::file::Answer;
 use super::filecache::Identity;
 use super::metrics::{self, Metrics};
-use super::wire::{self, BodyLength, HeadError, HeadLimits, RequestHead, Target};
+use super::wire::{self, BodyLength, HeadError, HeadLimits, RequestHead, ResponseHead, Target};
 use super::zerocopy;
 use super::{App, ServeOptions};
 use crate::catalog::CacheOutcome;
@@ -75,8 +78,13 @@ pub struct Shared {
 
 /// Serves one connection until it closes, fails, times out or the server stops.
 pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+    let now = Instant::now();
     let stopping = *stop.borrow();
     let fd = stream.as_raw_fd();
+    let mut signal = stop.clone();
+    let timer = Box::pin(tokio::time::sleep_until(
+        now + shared.options.header_read_timeout,
+    ));
     let mut connection = Connection {
         stream,
         fd,
@@ -84,9 +92,15 @@ pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, stop: watc
         output: BytesMut::new(),
         shared,
         stop,
-        stopping_since: stopping.then(Instant::now),
+        stop_signal: Box::pin(async move {
+            // Also done when the server is gone (sender dropped).
+            let _ = signal.wait_for(|stopping| *stopping).await;
+        }),
+        timer,
+        stopping_since: stopping.then_some(now),
         served: 0,
         head_started: None,
+        logging: tracing::enabled!(target: "musicd::access", tracing::Level::INFO),
     };
     connection.run().await;
 }
@@ -98,10 +112,18 @@ struct Connection {
     output: BytesMut,
     shared: Arc<Shared>,
     stop: watch::Receiver<bool>,
+    /// Completes when the server stops. Kept across waits, so it registers once.
+    stop_signal: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The connection's one timer, re-armed lazily: only when a wait needs an earlier
+    /// deadline, or when it fires before the current wait's deadline. Most requests then
+    /// touch no timer at all.
+    timer: Pin<Box<tokio::time::Sleep>>,
     stopping_since: Option<Instant>,
     served: u64,
     /// When the first byte of the head being read arrived.
     head_started: Option<Instant>,
+    /// Whether access-log lines are written (checked once per connection).
+    logging: bool,
 }
 
 /// How an exchange left the connection.
@@ -116,7 +138,7 @@ enum After {
 
 impl Connection {
     async fn run(&mut self) {
-        let logging = tracing::enabled!(target: "musicd::access", tracing::Level::INFO);
+        let logging = self.logging;
         loop {
             let app = &self.shared.app;
             let parsed = wire::parse_head(&self.input, self.shared.limits, logging, |path| {
@@ -159,7 +181,8 @@ impl Connection {
     }
 
     fn stopping(&mut self) -> bool {
-        if self.stopping_since.is_none() && *self.stop.borrow() {
+        // `has_changed` is one atomic load; the only change ever sent is "stop".
+        if self.stopping_since.is_none() && self.stop.has_changed().unwrap_or(true) {
             self.stopping_since = Some(Instant::now());
         }
         self.stopping_since.is_some()
@@ -168,15 +191,17 @@ impl Connection {
     /// Waits for more request bytes. `false`: the connection is done (closed by the
     /// client, timed out, or idle while the server stops).
     async fn read_more(&mut self) -> bool {
+        // Every clock runs from when this wait began (or the head's first byte), not from
+        // each wake-up: a connection woken by the lazy timer must not extend its own time.
+        let waiting_since = Instant::now();
         loop {
-            let now = Instant::now();
             let options = &self.shared.options;
             let mut deadline = if !self.input.is_empty() {
-                *self.head_started.get_or_insert(now) + options.header_read_timeout
+                *self.head_started.get_or_insert(waiting_since) + options.header_read_timeout
             } else if self.served == 0 {
-                now + options.header_read_timeout
+                waiting_since + options.header_read_timeout
             } else {
-                now + options.idle_timeout
+                waiting_since + options.idle_timeout
             };
             let stopping = self.stopping();
             if let Some(since) = self.stopping_since {
@@ -185,19 +210,26 @@ impl Connection {
                 }
                 deadline = deadline.min(since + FIRST_REQUEST_GRACE);
             }
+            if self.timer.deadline() > deadline {
+                self.timer.as_mut().reset(deadline);
+            }
             // Waiting before reserving: an idle connection holds no read buffer.
             tokio::select! {
+                biased;
                 ready = self.stream.readable() => {
                     if ready.is_err() {
                         return false;
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => return false,
-                changed = self.stop.changed(), if !stopping => {
-                    if changed.is_err() {
-                        // The server is gone: as good as stopping.
-                        self.stopping_since = Some(Instant::now());
+                () = self.timer.as_mut() => {
+                    if Instant::now() >= deadline {
+                        return false;
                     }
+                    self.timer.as_mut().reset(deadline);
+                    continue;
+                }
+                () = self.stop_signal.as_mut(), if !stopping => {
+                    self.stopping_since.get_or_insert_with(Instant::now);
                     continue;
                 }
             }
@@ -235,7 +267,8 @@ impl Connection {
 
     /// Answers one request.
     async fn exchange(&mut self, head: RequestHead) -> After {
-        let started = std::time::Instant::now();
+        // The clock is read only for the access log's latency field.
+        let started = self.logging.then(std::time::Instant::now);
         let shared = Arc::clone(&self.shared);
         let state = &shared.app.state;
         let metrics = &state.metrics;
@@ -249,10 +282,12 @@ impl Connection {
         let (route, outcome, response) = match head.target {
             Target::Track { id, request } => {
                 let (outcome, result) = super::track_response(state, id, request).await;
-                let response = result.unwrap_or_else(|error| {
-                    axum::response::IntoResponse::into_response(error).map(Payload::Body)
+                let answer = result.unwrap_or_else(|error| {
+                    Answer::from_response(
+                        axum::response::IntoResponse::into_response(error).map(Payload::Body),
+                    )
                 });
-                ("track", outcome, response)
+                ("track", outcome, answer)
             }
             Target::Other { uri, headers } => {
                 let route = match uri.path() {
@@ -267,13 +302,18 @@ impl Connection {
                 *request.version_mut() = head.version;
                 *request.headers_mut() = headers;
                 let response = shared.app.route(request).await;
-                match response.extensions().get::<Outcome>() {
-                    Some(Outcome(outcome)) => ("track", *outcome, response.map(Payload::Body)),
-                    None => (route, CacheOutcome::None, response.map(Payload::Body)),
-                }
+                let (route, outcome) = match response.extensions().get::<Outcome>() {
+                    Some(Outcome(outcome)) => ("track", *outcome),
+                    None => (route, CacheOutcome::None),
+                };
+                (
+                    route,
+                    outcome,
+                    Answer::from_response(response.map(Payload::Body)),
+                )
             }
         };
-        let status = response.status();
+        let status = response.status;
         let sent = self
             .respond(response, is_head, keep_alive, head.version, &request_id)
             .await;
@@ -304,14 +344,19 @@ impl Connection {
     /// transfer failed part-way and the connection must be dropped.
     async fn respond(
         &mut self,
-        response: Response<Payload>,
+        answer: Answer,
         is_head: bool,
         mut keep_alive: bool,
         version: Version,
         request_id: &RequestId,
     ) -> Result<(u64, bool), u64> {
-        let (parts, payload) = response.into_parts();
-        let length = if !wire::has_body(parts.status, false) {
+        let Answer {
+            status,
+            lines,
+            headers,
+            payload,
+        } = answer;
+        let length = if !wire::has_body(status, false) {
             BodyLength::None
         } else {
             match payload.exact_len() {
@@ -325,14 +370,17 @@ impl Connection {
         };
         wire::write_head(
             &mut self.output,
-            parts.status,
-            &parts.headers,
-            length,
-            keep_alive,
-            version,
-            request_id,
+            &ResponseHead {
+                status,
+                lines: &lines,
+                headers: &headers,
+                length,
+                keep_alive,
+                version,
+                request_id,
+            },
         );
-        if !wire::has_body(parts.status, is_head) {
+        if !wire::has_body(status, is_head) {
             return Ok((0, !keep_alive));
         }
         let sent = match payload {
@@ -366,7 +414,8 @@ impl Connection {
 
     async fn send_bytes(&mut self, bytes: Bytes) -> Result<u64, u64> {
         let len = bytes.len() as u64;
-        if self.output.len() + bytes.len() <= OUTPUT_COALESCE {
+        // Tiny bodies join the head; larger ones go out with it in one vectored write.
+        if bytes.len() <= 1024 && self.output.len() + bytes.len() <= OUTPUT_COALESCE {
             self.output.put_slice(&bytes);
             return Ok(len);
         }
@@ -466,7 +515,9 @@ impl Connection {
         let mut buffer = vec![0u8; usize::try_from(len).unwrap_or(COPY_CHUNK).min(COPY_CHUNK)];
         let mut left = len;
         while left > 0 {
-            let want = usize::try_from(left).unwrap_or(usize::MAX).min(buffer.len());
+            let want = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(buffer.len());
             let chunk = &mut buffer[..want];
             file.read_exact_at(chunk, offset).map_err(|err| {
                 if err.kind() == io::ErrorKind::UnexpectedEof {
@@ -587,7 +638,7 @@ impl Connection {
 
     /// Waits until the socket takes bytes again, for at most the write timeout: a client
     /// that stopped reading is dropped instead of holding a file and a task forever.
-    async fn wait_writable(&self) -> io::Result<()> {
+    async fn wait_writable(&mut self) -> io::Result<()> {
         match tokio::time::timeout(self.shared.options.write_timeout, self.stream.writable()).await
         {
             Ok(ready) => ready,
@@ -600,12 +651,14 @@ impl Connection {
 
     /// Answers a head that cannot be served, then closes.
     async fn refuse(&mut self, refusal: HeadError) {
-        let started = std::time::Instant::now();
+        let started = self.logging.then(std::time::Instant::now);
         let metrics = Arc::clone(&self.shared.app.state.metrics);
         metrics.response_started();
         let request_id = RequestId::next();
-        let response = json_status(refusal.status(), &refusal.to_string()).map(Payload::Body);
-        let status = response.status();
+        let response = Answer::from_response(
+            json_status(refusal.status(), &refusal.to_string()).map(Payload::Body),
+        );
+        let status = response.status;
         let sent = self
             .respond(response, false, false, Version::HTTP_11, &request_id)
             .await;
@@ -695,7 +748,7 @@ struct Finished<'a> {
     method: &'a Method,
     path: &'a str,
     request_id: &'a RequestId,
-    started: std::time::Instant,
+    started: Option<std::time::Instant>,
 }
 
 /// Counts the exchange and writes its access-log line.
@@ -714,7 +767,10 @@ fn finish(metrics: &Metrics, done: Finished<'_>) {
         path = %done.path,
         status = done.status,
         bytes = done.bytes,
-        latency_ms = format_args!("{:.3}", done.started.elapsed().as_secs_f64() * 1000.0),
+        latency_ms = format_args!(
+            "{:.3}",
+            done.started.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1000.0)
+        ),
         cache = %done.cache.as_str(),
         complete = done.complete,
     );

@@ -111,7 +111,7 @@ pub fn from_memory(
     id: &str,
     raw_path: &str,
     request: &FileRequest,
-) -> Option<Result<Response<Payload>, ApiError>> {
+) -> Option<Result<Answer, ApiError>> {
     if settings.mode != ServeMode::Direct {
         return None;
     }
@@ -131,7 +131,7 @@ pub async fn serve(
     id: String,
     raw_path: String,
     request: FileRequest,
-) -> Result<Response<Payload>, ApiError> {
+) -> Result<Answer, ApiError> {
     let task_id = id.clone();
     tokio::task::spawn_blocking(move || prepare(&settings, &task_id, &raw_path, &request))
         .await
@@ -148,7 +148,7 @@ pub fn prepare(
     id: &str,
     raw_path: &str,
     request: &FileRequest,
-) -> Result<Response<Payload>, ApiError> {
+) -> Result<Answer, ApiError> {
     let media = settings
         .roots
         .open(raw_path)
@@ -157,11 +157,11 @@ pub fn prepare(
             source,
         })?;
     if settings.mode != ServeMode::Direct {
-        return Ok(offload(settings, &media));
+        return Ok(Answer::from_response(offload(settings, &media)));
     }
     let size = media.metadata.len();
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
-    let facts = FileFacts::new(&media.path, size, modified);
+    let facts = FileFacts::new(&media.path, size, modified, &settings.cache_control);
     if settings.cache.admits(size)
         && let Some(bytes) = read_whole(&media)
     {
@@ -198,37 +198,102 @@ pub struct FileFacts {
     pub validators: Validators,
     /// MIME type by extension.
     pub mime: &'static str,
-    /// `ETag` header value.
-    etag: HeaderValue,
-    /// `Last-Modified` header value.
-    last_modified: HeaderValue,
-    /// `Content-Type` header value.
-    content_type: HeaderValue,
-    /// `Content-Disposition` header value.
-    disposition: HeaderValue,
+    /// `etag`, `last-modified`, `cache-control` lines: what a 304 says.
+    validator_lines: Bytes,
+    /// The validator lines plus `accept-ranges` and `content-disposition`: what every
+    /// answer with a body says.
+    body_lines: Bytes,
+    /// The body lines plus `content-type` and `content-length`: a whole 200, complete.
+    full_lines: Bytes,
 }
 
 impl FileFacts {
-    /// Facts of the file at `path` with this size and modification time.
-    pub fn new(path: &Path, size: u64, modified: std::time::SystemTime) -> FileFacts {
+    /// Facts of the file at `path` with this size and modification time, answered with
+    /// this `Cache-Control`.
+    pub fn new(
+        path: &Path,
+        size: u64,
+        modified: std::time::SystemTime,
+        cache_control: &HeaderValue,
+    ) -> FileFacts {
         let validators = Validators::new(size, modified);
         let mime = content_type(path);
-        let header = |text: &str| {
-            HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static("inline"))
+        let mut lines = BytesMut::with_capacity(320);
+        let line = |lines: &mut BytesMut, name: &str, value: &[u8]| {
+            lines.put_slice(name.as_bytes());
+            lines.put_slice(b": ");
+            lines.put_slice(value);
+            lines.put_slice(b"\r\n");
+            lines.len()
         };
+        line(&mut lines, "etag", validators.etag.as_bytes());
+        let last_modified = validators.last_modified_header();
+        line(&mut lines, "last-modified", last_modified.as_bytes());
+        let validator_len = line(&mut lines, "cache-control", cache_control.as_bytes());
+        line(&mut lines, "accept-ranges", b"bytes");
+        // `content_disposition` escapes everything outside visible ASCII.
+        let disposition = content_disposition(path);
+        let body_len = line(&mut lines, "content-disposition", disposition.as_bytes());
+        line(&mut lines, "content-type", mime.as_bytes());
+        line(&mut lines, "content-length", size.to_string().as_bytes());
+        let full_lines = lines.freeze();
         FileFacts {
             size,
-            etag: header(&validators.etag),
-            last_modified: header(&validators.last_modified_header()),
-            content_type: HeaderValue::from_static(mime),
-            disposition: header(&content_disposition(path)),
+            validator_lines: full_lines.slice(..validator_len),
+            body_lines: full_lines.slice(..body_len),
+            full_lines,
             validators,
             mime,
         }
     }
 }
 
-static ACCEPT_BYTES: HeaderValue = HeaderValue::from_static("bytes");
+/// A file answer: the status, header lines formatted once per file version, any further
+/// headers (ranges), and the body. The connection writes the lines as they are.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// Complete header lines (`name: value\r\n`), written first.
+    pub lines: Bytes,
+    /// Headers written after the lines.
+    pub headers: HeaderMap,
+    /// The body.
+    pub payload: Payload,
+}
+
+impl Answer {
+    /// An answer made from a framework response (errors, offload headers).
+    pub fn from_response(response: Response<Payload>) -> Answer {
+        let (parts, payload) = response.into_parts();
+        Answer {
+            status: parts.status,
+            lines: Bytes::new(),
+            headers: parts.headers,
+            payload,
+        }
+    }
+
+    /// The answer as an axum response (for the router's track route).
+    pub fn into_response(self) -> Response<axum::body::Body> {
+        let mut response = Response::new(self.payload.into_body());
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        for line in self.lines.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let Some(colon) = line.iter().position(|b| *b == b':') else {
+                continue;
+            };
+            let name = header::HeaderName::from_bytes(&line[..colon]);
+            let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start());
+            if let (Ok(name), Ok(value)) = (name, value) {
+                headers.append(name, value);
+            }
+        }
+        headers.extend(self.headers);
+        response
+    }
+}
 
 /// Builds the answer: conditional requests, ranges, headers, body.
 fn respond(
@@ -237,27 +302,23 @@ fn respond(
     facts: &FileFacts,
     source: Source,
     request: &FileRequest,
-) -> Result<Response<Payload>, ApiError> {
+) -> Result<Answer, ApiError> {
     let size = facts.size;
-    let mut headers = HeaderMap::with_capacity(9);
-    headers.insert(header::ETAG, facts.etag.clone());
-    headers.insert(header::LAST_MODIFIED, facts.last_modified.clone());
-    headers.insert(header::CACHE_CONTROL, settings.cache_control.clone());
-
     let verdict = evaluate(&request.preconditions(), &facts.validators);
     match verdict {
         Verdict::NotModified => {
-            return Ok(with_headers(
-                StatusCode::NOT_MODIFIED,
-                headers,
-                Payload::Empty,
-            ));
+            return Ok(Answer {
+                status: StatusCode::NOT_MODIFIED,
+                lines: facts.validator_lines.clone(),
+                headers: HeaderMap::new(),
+                payload: Payload::Empty,
+            });
         }
         Verdict::PreconditionFailed => {
-            return Ok(
+            return Ok(Answer::from_response(
                 json_status(StatusCode::PRECONDITION_FAILED, "precondition failed")
                     .map(Payload::Body),
-            );
+            ));
         }
         Verdict::Proceed | Verdict::IgnoreRange => {}
     }
@@ -266,9 +327,7 @@ fn respond(
         (Some(range), Verdict::Proceed) => decide(range, size, settings.max_ranges),
         _ => RangeDecision::Full,
     };
-    headers.insert(header::ACCEPT_RANGES, ACCEPT_BYTES.clone());
-    headers.insert(header::CONTENT_DISPOSITION, facts.disposition.clone());
-
+    let mut headers = HeaderMap::new();
     let (status, segments) = match decision {
         RangeDecision::Unsatisfiable => {
             let mut answer =
@@ -276,20 +335,33 @@ fn respond(
             if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
                 answer.headers_mut().insert(header::CONTENT_RANGE, value);
             }
-            return Ok(answer.map(Payload::Body));
+            return Ok(Answer::from_response(answer.map(Payload::Body)));
         }
         RangeDecision::Full => {
-            headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
-            (
-                StatusCode::OK,
-                vec![Segment::File {
-                    offset: 0,
-                    len: size,
-                }],
-            )
+            // The hot path: no header to format, no segment list for an in-memory file.
+            let payload = match source {
+                _ if request.head || size == 0 => Payload::Empty,
+                Source::Memory(bytes) => Payload::Bytes(bytes),
+                Source::Disk(file, opened) => {
+                    let whole = vec![Segment::File {
+                        offset: 0,
+                        len: size,
+                    }];
+                    inline_or_stream(file, opened, whole, size).map_err(|source| ApiError::Io {
+                        id: id.to_string(),
+                        source,
+                    })?
+                }
+            };
+            return Ok(Answer {
+                status: StatusCode::OK,
+                lines: facts.full_lines.clone(),
+                headers,
+                payload,
+            });
         }
         RangeDecision::Single(range) => {
-            headers.insert(header::CONTENT_TYPE, facts.content_type.clone());
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(facts.mime));
             let value = format!("bytes {}-{}/{}", range.start, range.end - 1, size);
             headers.insert(
                 header::CONTENT_RANGE,
@@ -319,27 +391,24 @@ fn respond(
     let length: u64 = segments.iter().map(Segment::len).sum();
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
 
-    let body = if request.head || length == 0 {
+    let payload = if request.head || length == 0 {
         Payload::Empty
     } else {
         match source {
             Source::Memory(bytes) => Payload::Bytes(from_bytes(&bytes, segments)),
-            Source::Disk(file, opened) => {
-                inline_or_stream(file, opened, segments, length).map_err(|source| ApiError::Io {
+            Source::Disk(file, opened) => inline_or_stream(file, opened, segments, length)
+                .map_err(|source| ApiError::Io {
                     id: id.to_string(),
                     source,
-                })?
-            }
+                })?,
         }
     };
-    Ok(with_headers(status, headers, body))
-}
-
-fn with_headers(status: StatusCode, headers: HeaderMap, body: Payload) -> Response<Payload> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    response
+    Ok(Answer {
+        status,
+        lines: facts.body_lines.clone(),
+        headers,
+        payload,
+    })
 }
 
 /// The body from an in-memory file: zero-copy slices for one part, one buffer for several.
@@ -505,14 +574,13 @@ mod tests {
         }
     }
 
-    fn body_bytes(response: Response<Payload>) -> Bytes {
+    fn body_bytes(response: Response<axum::body::Body>) -> Bytes {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
         runtime.block_on(async {
             use http_body_util::BodyExt;
             response
-                .into_body()
                 .into_body()
                 .collect()
                 .await
@@ -546,10 +614,11 @@ mod tests {
                 1 => format!("{a}-"),
                 _ => format!("-{b}"),
             }).collect::<Vec<_>>().join(", "));
-            let facts = FileFacts::new(Path::new("/m/x.mp3"), size as u64, std::time::UNIX_EPOCH);
+            let facts = FileFacts::new(Path::new("/m/x.mp3"), size as u64, std::time::UNIX_EPOCH, &HeaderValue::from_static("public"));
             let request = FileRequest { range: Some(header.clone()), ..FileRequest::default() };
             let response = respond(&settings(), "id", &facts, Source::Memory(file.clone()), &request)
-                .expect("an answer");
+                .expect("an answer")
+                .into_response();
             let status = response.status();
             let headers = response.headers().clone();
             let body = body_bytes(response);

@@ -175,7 +175,12 @@ mod tests {
     fn entry(path: &std::path::Path, bytes: &[u8]) -> CachedFile {
         std::fs::write(path, bytes).expect("write");
         let metadata = std::fs::metadata(path).expect("stat");
-        let facts = FileFacts::new(path, metadata.len(), metadata.modified().expect("mtime"));
+        let facts = FileFacts::new(
+            path,
+            metadata.len(),
+            metadata.modified().expect("mtime"),
+            &axum::http::HeaderValue::from_static("public"),
+        );
         CachedFile::new(Bytes::copy_from_slice(bytes), &metadata, facts)
     }
 

@@ -170,7 +170,7 @@ async fn track(State(state): State<AppState>, params: RawPathParams, request: Re
     let file_request = FileRequest::from_parts(request.method(), request.headers());
     let (outcome, result) = track_response(&state, id, file_request).await;
     let mut response = match result {
-        Ok(response) => response.map(body::Payload::into_body),
+        Ok(answer) => answer.into_response(),
         Err(error) => error.into_response(),
     };
     response.extensions_mut().insert(Outcome(outcome));
@@ -182,7 +182,7 @@ pub async fn track_response(
     state: &AppState,
     id: String,
     request: FileRequest,
-) -> (CacheOutcome, Result<Response<body::Payload>, ApiError>) {
+) -> (CacheOutcome, Result<file::Answer, ApiError>) {
     let Some(oid) = parse_track_id(&id) else {
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
@@ -212,10 +212,25 @@ pub async fn track_response(
 
 /// The ObjectId in a track URL segment: exactly 24 hexadecimal digits (either case).
 pub fn parse_track_id(segment: &str) -> Option<ObjectId> {
-    if segment.len() != 24 || !segment.bytes().all(|b| b.is_ascii_hexdigit()) {
+    // Decoded by hand: the bson parser collects into a Vec first, on every request.
+    let digits = segment.as_bytes();
+    if digits.len() != 24 {
         return None;
     }
-    ObjectId::parse_str(segment).ok()
+    let mut bytes = [0u8; 12];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+    }
+    Some(ObjectId::from_bytes(bytes))
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
 }
 
 /// Limits of the connection handling.
@@ -390,8 +405,9 @@ mod tests {
 
     #[test]
     fn track_ids_are_exactly_24_hex_digits() {
-        assert!(parse_track_id("6b0dc37d3ba0d873deac9381").is_some());
-        assert!(parse_track_id("6B0DC37D3BA0D873DEAC9381").is_some());
+        let id = parse_track_id("6b0dc37d3ba0d873deac9381").expect("valid");
+        assert_eq!(id.to_hex(), "6b0dc37d3ba0d873deac9381");
+        assert_eq!(parse_track_id("6B0DC37D3BA0D873DEAC9381"), Some(id));
         for bad in [
             "",
             "6b0dc37d3ba0d873deac938",

@@ -302,22 +302,44 @@ pub enum BodyLength {
     None,
 }
 
+/// What a response head says.
+pub struct ResponseHead<'a> {
+    /// The status.
+    pub status: StatusCode,
+    /// Preformatted header lines (`name: value\r\n`), written first.
+    pub lines: &'a [u8],
+    /// Further headers.
+    pub headers: &'a HeaderMap,
+    /// How the body is delimited.
+    pub length: BodyLength,
+    /// Whether the connection stays open.
+    pub keep_alive: bool,
+    /// The request's version (HTTP/1.0 needs an explicit keep-alive).
+    pub version: Version,
+    /// The `x-request-id` value.
+    pub request_id: &'a dyn std::fmt::Display,
+}
+
 /// Writes a response head into `out`.
-pub fn write_head(
-    out: &mut BytesMut,
-    status: StatusCode,
-    headers: &HeaderMap,
-    length: BodyLength,
-    keep_alive: bool,
-    version: Version,
-    request_id: &dyn std::fmt::Display,
-) {
+pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
+    let ResponseHead {
+        status,
+        lines,
+        headers,
+        length,
+        keep_alive,
+        version,
+        request_id,
+    } = *head;
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');
     out.put_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
     out.put_slice(b"\r\n");
-    let mut has_length = false;
+    let mut has_length = lines
+        .split(|b| *b == b'\n')
+        .any(|line| line.len() > 15 && line[..15].eq_ignore_ascii_case(b"content-length:"));
+    out.put_slice(lines);
     for (name, value) in headers {
         has_length |= name == axum::http::header::CONTENT_LENGTH;
         out.put_slice(name.as_str().as_bytes());
@@ -499,15 +521,18 @@ X-Request-Id: req-1\r\n\r\nGET /next",
     fn response_heads_carry_length_date_id_and_connection() {
         let mut out = BytesMut::new();
         let mut headers = HeaderMap::new();
-        headers.insert("etag", HeaderValue::from_static("\"x\""));
+        headers.insert("content-range", HeaderValue::from_static("bytes 0-6/9"));
         write_head(
             &mut out,
-            StatusCode::PARTIAL_CONTENT,
-            &headers,
-            BodyLength::Known(7),
-            false,
-            Version::HTTP_11,
-            &"r-1",
+            &ResponseHead {
+                status: StatusCode::PARTIAL_CONTENT,
+                lines: b"etag: \"x\"\r\n",
+                headers: &headers,
+                length: BodyLength::Known(7),
+                keep_alive: false,
+                version: Version::HTTP_11,
+                request_id: &"r-1",
+            },
         );
         let text = String::from_utf8(out.to_vec()).expect("ascii");
         assert!(
@@ -527,12 +552,15 @@ X-Request-Id: req-1\r\n\r\nGET /next",
         out.clear();
         write_head(
             &mut out,
-            StatusCode::NOT_MODIFIED,
-            &HeaderMap::new(),
-            BodyLength::None,
-            true,
-            Version::HTTP_10,
-            &"r-2",
+            &ResponseHead {
+                status: StatusCode::NOT_MODIFIED,
+                lines: b"",
+                headers: &HeaderMap::new(),
+                length: BodyLength::None,
+                keep_alive: true,
+                version: Version::HTTP_10,
+                request_id: &"r-2",
+            },
         );
         let text = String::from_utf8(out.to_vec()).expect("ascii");
         assert!(!text.contains("content-length"), "{text}");
