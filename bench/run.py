@@ -183,7 +183,7 @@ def main():
     wait_port(miss_port)
     for name, port, extra in [
         ("direct", direct_port, ""),
-        ("nocache", nocache_port, "[cache]\nfile_total_bytes = 0\n"),
+        ("nocache", nocache_port, "[cache]\nfile_total_bytes = 0\nopen_files = 0\n"),
         ("accel", accel_port, 'serve_mode = "x-accel-redirect"\n'),
     ]:
         cfg = config(name, port, extra if not extra.startswith("[") else "")

@@ -140,8 +140,10 @@ pub struct CacheConfig {
     pub id_max_entries: usize,
     /// Files up to this size are kept in memory (revalidated by metadata on every request).
     pub file_max_bytes: u64,
-    /// Memory for cached files in all (0 disables the file cache).
+    /// Memory for cached files in all (0 disables the in-memory copies).
     pub file_total_bytes: u64,
+    /// Larger files kept open, at most this many (0: opened for every request).
+    pub open_files: usize,
 }
 
 /// How `musicd start` supervises the server.
@@ -243,6 +245,7 @@ struct RawCache {
     id_max_entries: Option<usize>,
     file_max_bytes: Option<u64>,
     file_total_bytes: Option<u64>,
+    open_files: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -591,8 +594,9 @@ impl RawConfig {
         let cache = CacheConfig {
             id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(1000)),
             id_max_entries: self.cache.id_max_entries.unwrap_or(100_000),
-            file_max_bytes: self.cache.file_max_bytes.unwrap_or(8 * 1024 * 1024),
+            file_max_bytes: self.cache.file_max_bytes.unwrap_or(256 * 1024),
             file_total_bytes: self.cache.file_total_bytes.unwrap_or(256 * 1024 * 1024),
+            open_files: self.cache.open_files.unwrap_or(1024),
         };
         if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
             return Err(err_at(

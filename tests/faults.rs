@@ -155,10 +155,26 @@ async fn files_replaced_and_truncated_during_load_never_give_a_mixed_body() {
     // (settings, whether files are also truncated in place). sendfile sends the page cache
     // as it is when the bytes leave, so only replacement by rename is safe with it; the
     // copying mode (zero_copy = false) must survive in-place truncation too.
-    let cases: [(&[&str], bool); 3] = [
-        (&["cache.file_total_bytes=268435456"], true),
-        (&["cache.file_total_bytes=0", "zero_copy=false"], true),
-        (&["cache.file_total_bytes=0", "zero_copy=true"], false),
+    let cases: [(&[&str], bool); 5] = [
+        (&["cache.file_max_bytes=8388608"], true),
+        (&["zero_copy=false"], true),
+        (
+            &[
+                "cache.file_total_bytes=0",
+                "cache.open_files=0",
+                "zero_copy=false",
+            ],
+            true,
+        ),
+        (&["zero_copy=true"], false),
+        (
+            &[
+                "cache.file_total_bytes=0",
+                "cache.open_files=0",
+                "zero_copy=true",
+            ],
+            false,
+        ),
     ];
     for (settings, truncate) in cases {
         let env = TestEnv::with(

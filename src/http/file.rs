@@ -1,12 +1,13 @@
 //! Serving one resolved file: conditional requests, ranges, HEAD, MIME, offload.
 //!
-//! A hot file is answered from memory on the async thread ([`from_memory`], one `stat` to
-//! prove the copy is current). Otherwise everything that touches the disk (confining the
-//! path, opening, `fstat`, reading a file small enough to cache) happens in one hop to the
-//! blocking pool in [`prepare`]. The decisions in between are the pure functions of
-//! [`super::conditional`] and [`super::range`]. Large bodies stream from the already-open
-//! file (see [`super::body`]), so a file replaced by rename mid-stream keeps sending the
-//! version that was opened.
+//! A hot file is answered on the event loop from the file cache ([`from_cache`]: a copy in
+//! memory or an open descriptor, one `stat` to prove it is current). Otherwise everything
+//! that touches the disk (confining the path, opening, `fstat`, reading a small body)
+//! happens in one hop to the blocking pool in [`prepare`]. The decisions in between are
+//! the pure functions of [`super::conditional`] and [`super::range`]; the answer's header
+//! lines are formatted once per file version ([`FileFacts`]). Large bodies are sent from
+//! the already-open file (see [`super::conn`]), so a file replaced by rename mid-stream
+//! keeps sending the version that was opened.
 
 use std::fs::File;
 use std::path::Path;
@@ -19,7 +20,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use super::body::{Payload, Segment, read_chunk};
 use super::conditional::{Preconditions, Validators, Verdict, evaluate};
 use super::error::{ApiError, json_status};
-use super::filecache::{CachedFile, FileCache, Identity};
+use super::filecache::{CachedFile, Content, FileCache, Identity};
 use super::mime::content_type;
 use super::range::{RangeDecision, decide};
 use crate::config::ServeMode;
@@ -100,13 +101,19 @@ pub struct FileSettings {
 enum Source {
     /// The whole file, in memory.
     Memory(Bytes),
-    /// An open file, and what it was when opened.
-    Disk(File, Identity),
+    /// An open file, and what it was when opened; `inline`: small bodies may be read now
+    /// (only on the blocking pool, never on the event loop).
+    Disk {
+        file: Arc<File>,
+        opened: Identity,
+        inline: bool,
+    },
 }
 
-/// The hot path: answers from the in-memory copy when it is still the file on disk. Runs
-/// on the async thread (one `stat`, no blocking-pool hop); `None` means "go to disk".
-pub fn from_memory(
+/// The hot path: answers from the file cache (a copy in memory or an open descriptor) when
+/// it is still the file on disk. Runs on the event loop (one `stat`, no blocking-pool
+/// hop); `None` means "open it".
+pub fn from_cache(
     settings: &FileSettings,
     id: &str,
     raw_path: &str,
@@ -116,13 +123,15 @@ pub fn from_memory(
         return None;
     }
     let cached = settings.cache.get_fresh(raw_path)?;
-    Some(respond(
-        settings,
-        id,
-        &cached.facts,
-        Source::Memory(cached.bytes.clone()),
-        request,
-    ))
+    let source = match &cached.content {
+        Content::Memory(bytes) => Source::Memory(bytes.clone()),
+        Content::Open(file) => Source::Disk {
+            file: Arc::clone(file),
+            opened: cached.identity,
+            inline: false,
+        },
+    };
+    Some(respond(settings, id, &cached.facts, source, request))
 }
 
 /// Opens and evaluates the file for the request, on the blocking pool.
@@ -165,19 +174,27 @@ pub fn prepare(
     if settings.cache.admits(size)
         && let Some(bytes) = read_whole(&media)
     {
+        let content = Content::Memory(bytes.clone());
         let cached = settings
             .cache
-            .insert(raw_path, CachedFile::new(bytes, &media.metadata, facts));
-        let bytes = cached.bytes.clone();
+            .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
         return respond(settings, id, &cached.facts, Source::Memory(bytes), request);
     }
-    respond(
-        settings,
-        id,
-        &facts,
-        Source::Disk(media.file, Identity::of(&media.metadata)),
-        request,
-    )
+    let opened = Identity::of(&media.metadata);
+    let file = Arc::new(media.file);
+    let source = Source::Disk {
+        file: Arc::clone(&file),
+        opened,
+        inline: true,
+    };
+    if settings.cache.keeps_open() {
+        let content = Content::Open(file);
+        let cached = settings
+            .cache
+            .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
+        return respond(settings, id, &cached.facts, source, request);
+    }
+    respond(settings, id, &facts, source, request)
 }
 
 /// Reads the whole file if it did not change while being read (else `None`: stream it).
@@ -342,14 +359,20 @@ fn respond(
             let payload = match source {
                 _ if request.head || size == 0 => Payload::Empty,
                 Source::Memory(bytes) => Payload::Bytes(bytes),
-                Source::Disk(file, opened) => {
+                Source::Disk {
+                    file,
+                    opened,
+                    inline,
+                } => {
                     let whole = vec![Segment::File {
                         offset: 0,
                         len: size,
                     }];
-                    inline_or_stream(file, opened, whole, size).map_err(|source| ApiError::Io {
-                        id: id.to_string(),
-                        source,
+                    inline_or_stream(file, opened, whole, size, inline).map_err(|source| {
+                        ApiError::Io {
+                            id: id.to_string(),
+                            source,
+                        }
                     })?
                 }
             };
@@ -396,11 +419,16 @@ fn respond(
     } else {
         match source {
             Source::Memory(bytes) => Payload::Bytes(from_bytes(&bytes, segments)),
-            Source::Disk(file, opened) => inline_or_stream(file, opened, segments, length)
-                .map_err(|source| ApiError::Io {
+            Source::Disk {
+                file,
+                opened,
+                inline,
+            } => inline_or_stream(file, opened, segments, length, inline).map_err(|source| {
+                ApiError::Io {
                     id: id.to_string(),
                     source,
-                })?,
+                }
+            })?,
         }
     };
     Ok(Answer {
@@ -436,16 +464,18 @@ fn from_bytes(file: &Bytes, segments: Vec<Segment>) -> Bytes {
     out.freeze()
 }
 
-/// Small bodies are read now, in this blocking hop; large ones are sent from the open file.
+/// Small bodies are read now when `inline` (in the blocking hop that opened the file);
+/// everything else is sent from the open file by the connection.
 fn inline_or_stream(
-    file: File,
+    file: Arc<File>,
     opened: Identity,
     segments: Vec<Segment>,
     length: u64,
+    inline: bool,
 ) -> std::io::Result<Payload> {
-    if length > INLINE_READ_MAX {
+    if length > INLINE_READ_MAX || !inline {
         return Ok(Payload::File {
-            file: Arc::new(file),
+            file,
             segments,
             opened,
         });
@@ -569,7 +599,7 @@ mod tests {
             cache_control: HeaderValue::from_static("public"),
             max_ranges: 16,
             accel_location: "/internal".into(),
-            cache: FileCache::new(0, 0),
+            cache: FileCache::new(0, 0, 0),
             zero_copy: true,
         }
     }

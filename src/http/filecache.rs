@@ -1,19 +1,24 @@
-//! Small hot files kept in memory, never served stale.
+//! Hot files kept ready, never served stale: small ones in memory, larger ones open.
 //!
-//! Sending a small file from memory is cheaper than any read path (no blocking-pool hop,
-//! no read syscalls), and that is where musicd beats a static server that does no lookup at
-//! all. The price is staleness risk, so every hit re-checks the file's metadata with one
-//! `stat` of the document path: device, inode, size and modification time (ns) must all
-//! match what was cached, or the entry is ignored and the file is read again. A file
-//! replaced by rename has a new inode; one rewritten in place has a new mtime; one that
-//! vanished fails the stat. Because the stat follows the same path the cached copy was
-//! confined from, a symlink re-pointed elsewhere shows up as another inode too.
+//! Sending a small file from memory is cheaper than any read path (no open, no blocking-
+//! pool hop, no read syscalls). A large file is better sent with `sendfile` from the page
+//! cache than copied out of memory, so it is kept as an open descriptor instead, which
+//! saves the open, the confinement checks and the blocking-pool hop on every request.
 //!
-//! Memory is bounded by `file_total_bytes`; when full, the least recently used entries go.
+//! The price is staleness risk, so every hit re-checks the file's metadata with one `stat`
+//! of the document path: device, inode, size and modification time (ns) must all match
+//! what was cached, or the entry is ignored and the file is opened again. A file replaced
+//! by rename has a new inode; one rewritten in place has a new mtime; one that vanished
+//! fails the stat. Because the stat follows the same path the cached entry was confined
+//! from, a symlink re-pointed elsewhere shows up as another inode too.
+//!
+//! Memory is bounded by `file_total_bytes` and descriptors by `open_files`; when full, the
+//! least recently used entries of that kind go.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
@@ -43,11 +48,20 @@ impl Identity {
     }
 }
 
-/// One cached file: its bytes plus what was true of it when read.
+/// What a cache entry holds.
+#[derive(Debug)]
+pub enum Content {
+    /// The whole (small) file.
+    Memory(Bytes),
+    /// The (large) file, open.
+    Open(Arc<File>),
+}
+
+/// One cached file: its content plus what was true of it when opened.
 #[derive(Debug)]
 pub struct CachedFile {
-    /// The whole file.
-    pub bytes: Bytes,
+    /// The bytes or the descriptor.
+    pub content: Content,
     /// What it was when read.
     pub identity: Identity,
     /// Its validators and header values, formatted once.
@@ -56,14 +70,26 @@ pub struct CachedFile {
 }
 
 impl CachedFile {
-    /// A cache entry for `bytes` read from a file with this metadata.
-    pub fn new(bytes: Bytes, metadata: &std::fs::Metadata, facts: FileFacts) -> CachedFile {
+    /// A cache entry for `content` of a file with this metadata.
+    pub fn new(content: Content, metadata: &std::fs::Metadata, facts: FileFacts) -> CachedFile {
         CachedFile {
-            bytes,
+            content,
             identity: Identity::of(metadata),
             facts,
             last_used: AtomicU64::new(0),
         }
+    }
+
+    /// Memory held.
+    fn bytes(&self) -> u64 {
+        match &self.content {
+            Content::Memory(bytes) => bytes.len() as u64,
+            Content::Open(_) => 0,
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        matches!(self.content, Content::Open(_))
     }
 }
 
@@ -73,24 +99,34 @@ pub struct FileCache {
     max_file: u64,
     budget: u64,
     used: AtomicU64,
+    max_open: usize,
+    open: AtomicUsize,
     clock: AtomicU64,
 }
 
 impl FileCache {
-    /// A cache for files up to `max_file` bytes, `budget` bytes in all (0: disabled).
-    pub fn new(max_file: u64, budget: u64) -> FileCache {
+    /// A cache for files up to `max_file` bytes in memory, `budget` bytes in all (0: no
+    /// copies in memory), and for at most `max_open` larger files kept open (0: none).
+    pub fn new(max_file: u64, budget: u64, max_open: usize) -> FileCache {
         FileCache {
             files: RwLock::new(HashMap::new()),
             max_file: if budget == 0 { 0 } else { max_file },
             budget,
             used: AtomicU64::new(0),
+            max_open,
+            open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
         }
     }
 
-    /// Whether a file of `len` bytes would be kept.
+    /// Whether a file of `len` bytes would be kept in memory.
     pub fn admits(&self, len: u64) -> bool {
         len <= self.max_file
+    }
+
+    /// Whether files too large for memory are kept open.
+    pub fn keeps_open(&self) -> bool {
+        self.max_open > 0
     }
 
     /// The cached copy of `raw_path`, if it is still exactly the file on disk.
@@ -98,7 +134,7 @@ impl FileCache {
     /// Makes one `stat` call on the calling thread: cheap for local files, and the price of
     /// never serving a stale copy.
     pub fn get_fresh(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
-        if self.max_file == 0 {
+        if self.max_file == 0 && self.max_open == 0 {
             return None;
         }
         let cached = self
@@ -118,11 +154,13 @@ impl FileCache {
         Some(cached)
     }
 
-    /// Keeps `file` for `raw_path`, evicting the least recently used files if needed.
+    /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
+    /// if needed.
     pub fn insert(&self, raw_path: &str, file: CachedFile) -> Arc<CachedFile> {
         let file = Arc::new(file);
-        let len = file.bytes.len() as u64;
-        if !self.admits(len) {
+        let len = file.bytes();
+        let open = file.is_open();
+        if (open && !self.keeps_open()) || (!open && !self.admits(len)) {
             return file;
         }
         file.last_used.store(
@@ -131,25 +169,48 @@ impl FileCache {
         );
         let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
         if let Some(old) = files.remove(raw_path) {
-            self.used
-                .fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+            self.forget(&old);
         }
-        while self.used.load(Ordering::Relaxed) + len > self.budget {
+        let full = |cache: &FileCache| {
+            if open {
+                cache.open.load(Ordering::Relaxed) >= cache.max_open
+            } else {
+                cache.used.load(Ordering::Relaxed) + len > cache.budget
+            }
+        };
+        while full(self) {
             let Some(victim) = files
                 .iter()
+                .filter(|(_, f)| f.is_open() == open)
                 .min_by_key(|(_, f)| f.last_used.load(Ordering::Relaxed))
                 .map(|(k, _)| Arc::clone(k))
             else {
                 break;
             };
             if let Some(old) = files.remove(&victim) {
-                self.used
-                    .fetch_sub(old.bytes.len() as u64, Ordering::Relaxed);
+                self.forget(&old);
             }
         }
-        self.used.fetch_add(len, Ordering::Relaxed);
+        if open {
+            self.open.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.used.fetch_add(len, Ordering::Relaxed);
+        }
         files.insert(Arc::from(raw_path), Arc::clone(&file));
         file
+    }
+
+    fn forget(&self, old: &CachedFile) {
+        if old.is_open() {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.used.fetch_sub(old.bytes(), Ordering::Relaxed);
+        }
+    }
+
+    /// Descriptors held open.
+    pub fn open_files(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 
     /// Bytes held.
@@ -181,7 +242,30 @@ mod tests {
             metadata.modified().expect("mtime"),
             &axum::http::HeaderValue::from_static("public"),
         );
-        CachedFile::new(Bytes::copy_from_slice(bytes), &metadata, facts)
+        CachedFile::new(
+            Content::Memory(Bytes::copy_from_slice(bytes)),
+            &metadata,
+            facts,
+        )
+    }
+
+    fn opened(path: &std::path::Path) -> CachedFile {
+        let file = File::open(path).expect("open");
+        let metadata = file.metadata().expect("stat");
+        let facts = FileFacts::new(
+            path,
+            metadata.len(),
+            metadata.modified().expect("mtime"),
+            &axum::http::HeaderValue::from_static("public"),
+        );
+        CachedFile::new(Content::Open(Arc::new(file)), &metadata, facts)
+    }
+
+    fn memory(cached: &CachedFile) -> &[u8] {
+        match &cached.content {
+            Content::Memory(bytes) => bytes,
+            Content::Open(_) => b"(open file)",
+        }
     }
 
     #[test]
@@ -189,12 +273,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("a.mp3");
         let raw = path.to_str().expect("utf8");
-        let cache = FileCache::new(1000, 10_000);
+        let cache = FileCache::new(1000, 10_000, 10);
         cache.insert(raw, entry(&path, b"version 1"));
-        assert_eq!(
-            cache.get_fresh(raw).expect("fresh").bytes.as_ref(),
-            b"version 1"
-        );
+        assert_eq!(memory(&cache.get_fresh(raw).expect("fresh")), b"version 1");
 
         // Replaced by rename: new inode.
         let tmp = dir.path().join("tmp");
@@ -208,14 +289,36 @@ mod tests {
         std::fs::write(&path, b"version 4").expect("write");
         assert!(cache.get_fresh(raw).is_none());
 
+        // The same holds for an open descriptor.
+        cache.insert(raw, opened(&path));
+        assert!(cache.get_fresh(raw).is_some_and(|c| c.is_open()));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(&path, b"version 5").expect("write");
+        assert!(cache.get_fresh(raw).is_none());
+
         std::fs::remove_file(&path).expect("rm");
         assert!(cache.get_fresh(raw).is_none());
     }
 
     #[test]
+    fn open_descriptors_stay_within_their_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = FileCache::new(0, 0, 2);
+        let paths: Vec<_> = (0..3).map(|i| dir.path().join(format!("{i}"))).collect();
+        for path in &paths {
+            std::fs::write(path, b"large").expect("write");
+            cache.insert(path.to_str().expect("utf8"), opened(path));
+        }
+        assert_eq!(cache.open_files(), 2);
+        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_none());
+        assert!(cache.get_fresh(paths[2].to_str().expect("utf8")).is_some());
+        assert_eq!(cache.used_bytes(), 0);
+    }
+
+    #[test]
     fn memory_stays_within_budget_evicting_the_least_recently_used() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cache = FileCache::new(400, 1000);
+        let cache = FileCache::new(400, 1000, 0);
         let paths: Vec<_> = (0..4).map(|i| dir.path().join(format!("{i}"))).collect();
         for path in &paths[..3] {
             cache.insert(path.to_str().expect("utf8"), entry(path, &[0u8; 300]));

@@ -87,6 +87,7 @@ impl AppState {
             cache: filecache::FileCache::new(
                 config.cache.file_max_bytes,
                 config.cache.file_total_bytes,
+                config.cache.open_files,
             ),
             zero_copy: config.zero_copy,
         };
@@ -199,7 +200,7 @@ pub async fn track_response(
     let Some(path) = resolution.path else {
         return (resolution.outcome, Err(ApiError::UnknownId { id }));
     };
-    if let Some(answer) = file::from_memory(&state.files, &id, &path, &request) {
+    if let Some(answer) = file::from_cache(&state.files, &id, &path, &request) {
         state.metrics.file_cache(true);
         return (resolution.outcome, answer);
     }
