@@ -137,6 +137,16 @@ impl Resolver {
                 elapsed: started.elapsed(),
             });
         }
+        // Boxed: the Redis and MongoDB futures are kilobytes, and every idle connection
+        // would otherwise carry that space for a path the local hit never takes.
+        Box::pin(self.resolve_remote(id, started)).await
+    }
+
+    async fn resolve_remote(
+        &self,
+        id: &ObjectId,
+        started: Instant,
+    ) -> Result<Resolution, ResolveError> {
         let (stored, outcome) = match self.cache.get(id).await {
             Ok(Cached::Path(path)) => (Some(StoredPath::Path(path)), CacheOutcome::Hit),
             Ok(Cached::Absent) => (None, CacheOutcome::Negative),

@@ -60,7 +60,7 @@ const OUTPUT_COALESCE: usize = 64 * 1024;
 const COPY_CHUNK: usize = 256 * 1024;
 
 /// Bytes reserved for reading a request head.
-const READ_CHUNK: usize = 4096;
+const READ_CHUNK: usize = 1024;
 
 /// After an error answer that closes the connection, unread input is drained for this
 /// long, so the close does not turn into a reset that destroys the answer in flight.
@@ -154,7 +154,7 @@ impl Connection {
                     continue;
                 }
                 Err(refusal) => {
-                    self.refuse(refusal).await;
+                    Box::pin(self.refuse(refusal)).await;
                     return;
                 }
             };
@@ -163,7 +163,9 @@ impl Connection {
             if head.body_length > 0 && !self.discard_body(head.body_length).await {
                 return;
             }
-            match self.exchange(head).await {
+            // Boxed (as is `refuse`): an exchange's future is a kilobyte and more, held only
+            // while it runs instead of by every waiting connection.
+            match Box::pin(self.exchange(head)).await {
                 After::KeepAlive => {}
                 After::Close => {
                     let _ = self.flush().await;
@@ -174,7 +176,8 @@ impl Connection {
             }
             self.served += 1;
             if self.input.is_empty() {
-                // An idle keep-alive connection holds no buffer.
+                // An idle keep-alive connection holds no buffer (thousands of them wait
+                // for every one that is busy); the next request allocates afresh.
                 self.input = BytesMut::new();
             }
         }
@@ -301,7 +304,9 @@ impl Connection {
                 *request.uri_mut() = uri;
                 *request.version_mut() = head.version;
                 *request.headers_mut() = headers;
-                let response = shared.app.route(request).await;
+                // Boxed, like the resolver's remote path: kept out of every connection's
+                // resting size.
+                let response = Box::pin(shared.app.route(request)).await;
                 let (route, outcome) = match response.extensions().get::<Outcome>() {
                     Some(Outcome(outcome)) => ("track", *outcome),
                     None => (route, CacheOutcome::None),
@@ -402,14 +407,9 @@ impl Connection {
             return Ok(());
         }
         let output = std::mem::take(&mut self.output);
-        let written = self.write_all(&output).await;
-        self.output = output;
-        self.output.clear();
-        if self.output.capacity() > 4 * OUTPUT_COALESCE {
-            // A large body went through the buffer: do not keep its capacity.
-            self.output = BytesMut::new();
-        }
-        written
+        // Once written the buffer is dropped, not kept: `flush` runs before the connection
+        // waits for its next request, and a waiting connection should hold nothing.
+        self.write_all(&output).await
     }
 
     async fn send_bytes(&mut self, bytes: Bytes) -> Result<u64, u64> {
@@ -450,8 +450,6 @@ impl Connection {
                 Err(err) => break Err(err),
             }
         };
-        self.output = output;
-        self.output.clear();
         result
     }
 
@@ -468,8 +466,6 @@ impl Connection {
         let mut sent = 0u64;
         let output = std::mem::take(&mut self.output);
         let head = self.send_more_all(&output).await;
-        self.output = output;
-        self.output.clear();
         head.map_err(|_| 0u64)?;
         for segment in segments {
             let result = match segment {
@@ -691,14 +687,17 @@ impl Connection {
     async fn linger(&mut self) {
         let _ = self.stream.shutdown().await;
         let deadline = Instant::now() + LINGER;
-        let mut scratch = [0u8; 4096];
         let mut drained = 0usize;
         while drained < 1 << 20 {
             let read = tokio::time::timeout_at(deadline, self.stream.readable()).await;
             if !matches!(read, Ok(Ok(()))) {
                 return;
             }
-            match self.stream.try_read(&mut scratch) {
+            // The input buffer, not an array: a buffer held across an await would sit in
+            // every connection's future.
+            self.input.clear();
+            self.input.reserve(READ_CHUNK);
+            match self.stream.try_read_buf(&mut self.input) {
                 Ok(0) => return,
                 Ok(n) => drained += n,
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}

@@ -207,7 +207,7 @@ pub async fn track_response(
     if state.files.mode == crate::config::ServeMode::Direct {
         state.metrics.file_cache(false);
     }
-    let served = file::serve(Arc::clone(&state.files), id, path, request).await;
+    let served = Box::pin(file::serve(Arc::clone(&state.files), id, path, request)).await;
     (resolution.outcome, served)
 }
 
