@@ -428,29 +428,22 @@ impl Connection {
         let output = std::mem::take(&mut self.output);
         let mut head = &output[..];
         let mut rest = body;
-        let result = loop {
-            if head.is_empty() && rest.is_empty() {
-                break Ok(());
-            }
+        while !head.is_empty() || !rest.is_empty() {
             let slices = [io::IoSlice::new(head), io::IoSlice::new(rest)];
             match self.stream.try_write_vectored(&slices) {
-                Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     let from_head = n.min(head.len());
                     head = &head[from_head..];
                     n -= from_head;
                     rest = &rest[n..];
                 }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    if let Err(err) = self.wait_writable().await {
-                        break Err(err);
-                    }
-                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => break Err(err),
+                Err(err) => return Err(err),
             }
-        };
-        result
+        }
+        Ok(())
     }
 
     /// The head (with `MSG_MORE`, so it shares the first packet with the body), then every
