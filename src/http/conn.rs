@@ -27,7 +27,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -44,7 +43,9 @@ use super::error::{Outcome, json_status};
 use super::file::Answer;
 use super::filecache::Identity;
 use super::metrics::{self, Metrics};
-use super::wire::{self, BodyLength, HeadError, HeadLimits, RequestHead, ResponseHead, Target};
+use super::wire::{
+    self, BodyLength, HeadError, HeadLimits, RequestHead, RequestId, ResponseHead, Target,
+};
 use super::zerocopy;
 use super::{App, ServeOptions};
 use crate::catalog::CacheOutcome;
@@ -704,31 +705,6 @@ impl Connection {
 fn changed_since(file: &File, opened: Identity) -> bool {
     file.metadata()
         .map_or(true, |now| Identity::of(&now) != opened)
-}
-
-/// Source of request ids: a random per-process prefix and a counter.
-static REQUEST_PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
-static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(1);
-
-/// A request's id: the proxy's, or ours (formatted only when written).
-enum RequestId {
-    Given(String),
-    Generated(u64),
-}
-
-impl RequestId {
-    fn next() -> RequestId {
-        RequestId::Generated(REQUEST_COUNTER.fetch_add(1, Ordering::Relaxed))
-    }
-}
-
-impl fmt::Display for RequestId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RequestId::Given(id) => f.write_str(id),
-            RequestId::Generated(n) => write!(f, "{:08x}-{n:x}", *REQUEST_PREFIX),
-        }
-    }
 }
 
 struct Finished<'a> {

@@ -9,8 +9,9 @@
 //!
 //! [`write_head`] formats a response head straight into the connection's output buffer.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
@@ -317,7 +318,71 @@ pub struct ResponseHead<'a> {
     /// The request's version (HTTP/1.0 needs an explicit keep-alive).
     pub version: Version,
     /// The `x-request-id` value.
-    pub request_id: &'a dyn std::fmt::Display,
+    pub request_id: &'a RequestId,
+}
+
+/// A request's id: the proxy's, or ours (formatted only when written).
+#[derive(Debug)]
+pub enum RequestId {
+    /// Sent by a proxy (already checked to be short and plain).
+    Given(String),
+    /// Ours: a per-process random prefix and a counter.
+    Generated(u64),
+}
+
+/// Random per process, so ids from several musicd processes do not collide in one log.
+static REQUEST_PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
+static REQUEST_BLOCKS: AtomicU64 = AtomicU64::new(0);
+/// Ids handed out per visit to the shared counter: each event loop counts on its own, so
+/// the request path touches no cache line another core writes.
+const REQUEST_BLOCK: u64 = 4096;
+
+thread_local! {
+    static NEXT_REQUEST: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+impl RequestId {
+    /// A fresh id of ours.
+    pub fn next() -> RequestId {
+        let n = NEXT_REQUEST.with(|slot| {
+            let (mut next, mut end) = slot.get();
+            if next == end {
+                next = REQUEST_BLOCKS.fetch_add(1, Ordering::Relaxed) * REQUEST_BLOCK + 1;
+                end = next + REQUEST_BLOCK;
+            }
+            slot.set((next + 1, end));
+            next
+        });
+        RequestId::Generated(n)
+    }
+
+    /// Appends the id to `out` (what `Display` prints, without the formatting machinery).
+    pub fn write_to(&self, out: &mut BytesMut) {
+        match self {
+            RequestId::Given(id) => out.put_slice(id.as_bytes()),
+            RequestId::Generated(n) => {
+                put_hex(out, u64::from(*REQUEST_PREFIX), 8);
+                out.put_u8(b'-');
+                put_hex(out, *n, 1);
+            }
+        }
+    }
+}
+
+/// `value` in lowercase hex, at least `width` digits.
+fn put_hex(out: &mut BytesMut, value: u64, width: usize) {
+    let digits = (16 - value.leading_zeros() as usize / 4).max(width);
+    for shift in (0..digits).rev() {
+        out.put_u8(b"0123456789abcdef"[((value >> (shift * 4)) & 0xf) as usize]);
+    }
+}
+
+impl std::fmt::Display for RequestId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut text = BytesMut::with_capacity(32);
+        self.write_to(&mut text);
+        f.write_str(std::str::from_utf8(&text).unwrap_or("?"))
+    }
 }
 
 /// Writes a response head into `out`.
@@ -331,6 +396,8 @@ pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         version,
         request_id,
     } = *head;
+    // One allocation for the whole head (the buffer is empty between requests).
+    out.reserve(lines.len() + 192);
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');
@@ -356,7 +423,9 @@ pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
     }
     out.put_slice(b"date: ");
     with_http_date(|date| out.put_slice(date));
-    let _ = write!(out, "\r\nx-request-id: {request_id}\r\n");
+    out.put_slice(b"\r\nx-request-id: ");
+    request_id.write_to(out);
+    out.put_slice(b"\r\n");
     if !keep_alive {
         out.put_slice(b"connection: close\r\n");
     } else if version == Version::HTTP_10 {
@@ -518,6 +587,24 @@ X-Request-Id: req-1\r\n\r\nGET /next",
     }
 
     #[test]
+    fn generated_request_ids_are_unique_hex() {
+        let ids: std::collections::HashSet<String> =
+            (0..10_000).map(|_| RequestId::next().to_string()).collect();
+        assert_eq!(ids.len(), 10_000);
+        for id in ids.iter().take(5) {
+            let (prefix, counter) = id.split_once('-').expect("prefix-counter");
+            assert_eq!(prefix.len(), 8, "{id}");
+            assert!(u32::from_str_radix(prefix, 16).is_ok(), "{id}");
+            assert!(u64::from_str_radix(counter, 16).is_ok(), "{id}");
+        }
+        let mut out = BytesMut::new();
+        put_hex(&mut out, 0xab, 8);
+        put_hex(&mut out, 0, 1);
+        put_hex(&mut out, u64::MAX, 1);
+        assert_eq!(&out[..], b"000000ab0ffffffffffffffff");
+    }
+
+    #[test]
     fn response_heads_carry_length_date_id_and_connection() {
         let mut out = BytesMut::new();
         let mut headers = HeaderMap::new();
@@ -531,7 +618,7 @@ X-Request-Id: req-1\r\n\r\nGET /next",
                 length: BodyLength::Known(7),
                 keep_alive: false,
                 version: Version::HTTP_11,
-                request_id: &"r-1",
+                request_id: &RequestId::Given("r-1".into()),
             },
         );
         let text = String::from_utf8(out.to_vec()).expect("ascii");
@@ -559,7 +646,7 @@ X-Request-Id: req-1\r\n\r\nGET /next",
                 length: BodyLength::None,
                 keep_alive: true,
                 version: Version::HTTP_10,
-                request_id: &"r-2",
+                request_id: &RequestId::Given("r-2".into()),
             },
         );
         let text = String::from_utf8(out.to_vec()).expect("ascii");
