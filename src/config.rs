@@ -612,7 +612,7 @@ impl RawConfig {
             ),
             idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
             write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),
-            // hyper needs at least 8 KiB of read buffer.
+            // Below 8 KiB, ordinary browsers with a few cookies would be refused.
             max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
             max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
             max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
