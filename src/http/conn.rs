@@ -463,21 +463,32 @@ impl Connection {
         head.map_err(|_| 0u64)?;
         for segment in segments {
             let result = match segment {
-                Segment::Bytes(bytes) => self
-                    .send_more_all(&bytes)
-                    .await
-                    .map(|()| bytes.len() as u64),
+                Segment::Bytes(bytes) => {
+                    let written = self.send_more_all(&bytes).await;
+                    sent += if written.is_ok() {
+                        bytes.len() as u64
+                    } else {
+                        0
+                    };
+                    written.map_err(FileSendError::Client)
+                }
                 Segment::File { offset, len } if zero_copy => {
-                    self.send_file_slice(file, offset, len).await
+                    self.send_file_slice(file, offset, len, &mut sent).await
                 }
                 Segment::File { offset, len } => {
-                    self.copy_file_slice(file, opened, offset, len).await
+                    self.copy_file_slice(file, opened, offset, len, &mut sent)
+                        .await
                 }
             };
             match result {
-                Ok(n) => sent += n,
-                Err(err) => {
+                Ok(()) => {}
+                Err(FileSendError::File(err)) => {
                     tracing::warn!(error = %err, "file transfer aborted");
+                    return Err(sent);
+                }
+                Err(FileSendError::Client(err)) => {
+                    // Players seek and skip: a client leaving mid-file is routine.
+                    tracing::debug!(error = %err, "client left during a file transfer");
                     return Err(sent);
                 }
             }
@@ -501,7 +512,8 @@ impl Connection {
         opened: Identity,
         mut offset: u64,
         len: u64,
-    ) -> io::Result<u64> {
+        sent: &mut u64,
+    ) -> Result<(), FileSendError> {
         let mut buffer = vec![0u8; usize::try_from(len).unwrap_or(COPY_CHUNK).min(COPY_CHUNK)];
         let mut left = len;
         while left > 0 {
@@ -510,23 +522,26 @@ impl Connection {
                 .min(buffer.len());
             let chunk = &mut buffer[..want];
             file.read_exact_at(chunk, offset).map_err(|err| {
-                if err.kind() == io::ErrorKind::UnexpectedEof {
+                FileSendError::File(if err.kind() == io::ErrorKind::UnexpectedEof {
                     io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
                 } else {
                     err
-                }
+                })
             })?;
             // A truncation updates the size before it zeroes pages, and a write the
             // modification time before it copies: a chunk read during either shows here.
             if changed_since(file, opened) {
-                return Err(io::Error::other("file changed while being sent"));
+                return Err(FileSendError::File(io::Error::other(
+                    "file changed while being sent",
+                )));
             }
-            self.write_all(chunk).await?;
+            self.write_all(chunk).await.map_err(FileSendError::Client)?;
+            *sent += want as u64;
             offset += want as u64;
             left -= want as u64;
             tokio::task::consume_budget().await;
         }
-        Ok(len)
+        Ok(())
     }
 
     async fn send_more_all(&mut self, mut data: &[u8]) -> io::Result<()> {
@@ -545,7 +560,13 @@ impl Connection {
         Ok(())
     }
 
-    async fn send_file_slice(&mut self, file: &File, mut offset: u64, len: u64) -> io::Result<u64> {
+    async fn send_file_slice(
+        &mut self,
+        file: &File,
+        mut offset: u64,
+        len: u64,
+        sent: &mut u64,
+    ) -> Result<(), FileSendError> {
         let fd = self.fd;
         let mut left = len;
         while left > 0 {
@@ -556,24 +577,32 @@ impl Connection {
                 zerocopy::send_file(fd, file, offset, want)
             }) {
                 Ok(0) => {
-                    return Err(io::Error::new(
+                    return Err(FileSendError::File(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "file shrank while being sent",
-                    ));
+                    )));
                 }
                 Ok(n) => {
+                    *sent += n as u64;
                     offset += n as u64;
                     left -= n as u64;
                     // A fast client must not keep the other connections of this loop
                     // waiting for a whole large file.
                     tokio::task::consume_budget().await;
                 }
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait_writable().await.map_err(FileSendError::Client)?
+                }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
+                // sendfile reports the socket's errors and the file's alike; a file that
+                // cannot be read is the rare one.
+                Err(err) if err.kind() == io::ErrorKind::InvalidInput => {
+                    return Err(FileSendError::File(err));
+                }
+                Err(err) => return Err(FileSendError::Client(err)),
             }
         }
-        Ok(len)
+        Ok(())
     }
 
     /// Streams a router body, chunked when its length was not known up front.
@@ -699,6 +728,14 @@ impl Connection {
             }
         }
     }
+}
+
+/// Why a file body could not be sent to the end.
+enum FileSendError {
+    /// The file changed, shrank or could not be read: worth a warning.
+    File(io::Error),
+    /// The client went away or stopped reading: routine.
+    Client(io::Error),
 }
 
 /// Whether `file` is no longer what it was when opened (or cannot be checked).
