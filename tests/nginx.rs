@@ -26,7 +26,7 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
     )
     .await;
     let bytes = pattern(200_000, 1);
-    let (id, _) = env.track("Artist/My Song #1.mp3", &bytes).await;
+    let (id, path) = env.track("Artist/My Song #1.mp3", &bytes).await;
     let server = env.musicd().await;
     let nginx = Nginx::start_deploy_config(&server.addr.to_string(), &env.media);
     let url = nginx.url(&format!("/musicdb/{}/song.mp3", id.to_hex()));
@@ -87,6 +87,44 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
         .await
         .expect("GET");
     assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+
+    // musicd caches the offload answer after the first request, but never past its file.
+    // (Asked directly: nginx's own open_file_cache may keep the old file open for
+    // `open_file_cache_valid`, which is nginx's choice, documented in deploy/nginx.conf.)
+    let direct_url = server.track_url(&id);
+    let offload = |response: &reqwest::Response| header(response, "x-accel-redirect");
+    let before = client().get(&direct_url).send().await.expect("GET");
+    assert_eq!(before.status(), StatusCode::OK);
+    assert_eq!(offload(&before), "/internal/0/Artist/My%20Song%20%231.mp3");
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, pattern(150_000, 2)).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    let replaced = client().get(&direct_url).send().await.expect("GET");
+    assert_eq!(offload(&replaced), offload(&before));
+    std::fs::remove_file(&path).expect("rm");
+    let gone = client().get(&url).send().await.expect("GET");
+    assert_eq!(
+        gone.status(),
+        StatusCode::NOT_FOUND,
+        "deleted: a 404 through nginx"
+    );
+    let metrics = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text");
+    let hits: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("musicd_file_cache_total{result=\"hit\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("file cache hits");
+    assert!(
+        hits >= 2.0,
+        "offload answers come from the file cache: {hits}"
+    );
 
     // The internal location cannot be fetched directly.
     let direct = client()

@@ -119,9 +119,6 @@ pub fn from_cache(
     raw_path: &str,
     request: &FileRequest,
 ) -> Option<Result<Answer, ApiError>> {
-    if settings.mode != ServeMode::Direct {
-        return None;
-    }
     let cached = settings.cache.get_fresh(raw_path)?;
     let source = match &cached.content {
         Content::Memory(bytes) => Source::Memory(bytes.clone()),
@@ -130,6 +127,15 @@ pub fn from_cache(
             opened: cached.identity,
             inline: false,
         },
+        // The front server evaluates ranges and conditions itself.
+        Content::Offload(lines) => {
+            return Some(Ok(Answer {
+                status: StatusCode::OK,
+                lines: lines.clone(),
+                headers: HeaderMap::new(),
+                payload: Payload::Empty,
+            }));
+        }
     };
     Some(respond(settings, id, &cached.facts, source, request))
 }
@@ -165,12 +171,23 @@ pub fn prepare(
             id: id.to_string(),
             source,
         })?;
-    if settings.mode != ServeMode::Direct {
-        return Ok(Answer::from_response(offload(settings, &media)));
-    }
     let size = media.metadata.len();
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
     let facts = FileFacts::new(&media.path, size, modified, &settings.cache_control);
+    if settings.mode != ServeMode::Direct {
+        let answer = Answer::from_response(offload(settings, &media));
+        if answer.status == StatusCode::OK {
+            // The next request for this file answers without the blocking-pool hop, the
+            // open and the confinement checks, after the same one `stat` as a hit in
+            // direct mode.
+            let lines = header_lines(&answer.headers);
+            let content = Content::Offload(lines);
+            settings
+                .cache
+                .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
+        }
+        return Ok(answer);
+    }
     if settings.cache.admits(size)
         && let Some(bytes) = read_whole(&media)
     {
@@ -553,6 +570,18 @@ fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Payload> {
     response.body(Payload::Empty).unwrap_or_else(|_| {
         json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header").map(Payload::Body)
     })
+}
+
+/// Headers as preformatted lines (`name: value\r\n`).
+fn header_lines(headers: &HeaderMap) -> Bytes {
+    let mut lines = BytesMut::new();
+    for (name, value) in headers {
+        lines.put_slice(name.as_str().as_bytes());
+        lines.put_slice(b": ");
+        lines.put_slice(value.as_bytes());
+        lines.put_slice(b"\r\n");
+    }
+    lines.freeze()
 }
 
 /// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.

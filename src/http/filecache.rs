@@ -55,6 +55,8 @@ pub enum Content {
     Memory(Bytes),
     /// The (large) file, open.
     Open(Arc<File>),
+    /// The header lines of an offload answer (x-accel-redirect, x-sendfile).
+    Offload(Bytes),
 }
 
 /// One cached file: its content plus what was true of it when opened.
@@ -83,7 +85,7 @@ impl CachedFile {
     /// Memory held.
     fn bytes(&self) -> u64 {
         match &self.content {
-            Content::Memory(bytes) => bytes.len() as u64,
+            Content::Memory(bytes) | Content::Offload(bytes) => bytes.len() as u64,
             Content::Open(_) => 0,
         }
     }
@@ -265,6 +267,7 @@ mod tests {
         match &cached.content {
             Content::Memory(bytes) => bytes,
             Content::Open(_) => b"(open file)",
+            Content::Offload(_) => b"(offload)",
         }
     }
 

@@ -149,7 +149,7 @@ impl Metrics {
         }
         let _ = writeln!(
             out,
-            "# HELP musicd_file_cache_total Files answered from memory (hit) or disk (miss)."
+            "# HELP musicd_file_cache_total Tracks answered from the file cache (hit: a copy in memory, an open file, an offload answer) or opened afresh (miss)."
         );
         let _ = writeln!(out, "# TYPE musicd_file_cache_total counter");
         let _ = writeln!(

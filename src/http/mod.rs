@@ -204,9 +204,7 @@ pub async fn track_response(
         state.metrics.file_cache(true);
         return (resolution.outcome, answer);
     }
-    if state.files.mode == crate::config::ServeMode::Direct {
-        state.metrics.file_cache(false);
-    }
+    state.metrics.file_cache(false);
     let served = Box::pin(file::serve(Arc::clone(&state.files), id, path, request)).await;
     (resolution.outcome, served)
 }
