@@ -5,8 +5,13 @@
 //! * **large bodies** go out with `sendfile(2)` from the open file ([`super::zerocopy`]):
 //!   no copy through user space, no blocking-pool hop per chunk (hyper can only send
 //!   bytes it was handed, which cost 5x nginx's CPU per GB);
-//! * **small answers** cost one `read` and one `write`: the head is formatted into a reused
-//!   buffer, a small body is appended to it, and pipelined answers leave in one write.
+//! * **small answers** cost one `read` and one `write`: the head is formatted into a
+//!   buffer and leaves with the body in one `writev`; pipelined answers leave together.
+//!
+//! `sendfile` runs on the event loop, like nginx without `aio`: a file that is not in the
+//! page cache makes the loop wait for the disk. Hot catalogues live in the page cache; a
+//! cold one behind slow disks is better served in `x-accel-redirect` mode with nginx's
+//! thread pools.
 //!
 //! The track route is answered without the router; every other request (ops endpoints,
 //! odd methods, unknown paths) goes through the axum [`Router`](axum::Router), so those
