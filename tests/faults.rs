@@ -239,7 +239,14 @@ async fn files_replaced_and_truncated_during_load_never_give_a_mixed_body() {
         stop.store(true, Ordering::Relaxed);
         let report = load.await.expect("load");
         eprintln!("{settings:?} truncate={truncate}: files swapped under load: {report:?}");
-        assert_eq!(report.failed, 0, "{:?}", report.samples);
+        // Never a wrong body. A transfer cut because its file was truncated under it is
+        // the right answer to that (the client sees a failed download), and under load
+        // the retry can be cut too; without truncation nothing may fail at all.
+        assert_eq!(report.wrong, 0, "{:?}", report.samples);
+        if !truncate {
+            assert_eq!(report.failed, 0, "{:?}", report.samples);
+        }
+        assert!(report.failed * 20 <= report.sent, "{report:?}");
         assert!(report.ok > 50, "{report:?}");
         // The server is still there.
         let unknown = client()

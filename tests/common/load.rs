@@ -17,6 +17,8 @@ pub struct LoadReport {
     pub retried: u64,
     /// Requests that failed even after the retry, or answered wrongly.
     pub failed: u64,
+    /// Of those, answers that arrived complete but wrong (status or bytes).
+    pub wrong: u64,
     /// A few failure descriptions.
     pub samples: Vec<String>,
 }
@@ -91,8 +93,13 @@ pub async fn hammer_checked(
                         report.refused += 1;
                         report.samples.push(e);
                     }
-                    Err(Failure::Reset(e) | Failure::Wrong(e)) => {
+                    Err(Failure::Reset(e)) => {
                         report.failed += 1;
+                        report.samples.push(e);
+                    }
+                    Err(Failure::Wrong(e)) => {
+                        report.failed += 1;
+                        report.wrong += 1;
                         report.samples.push(e);
                     }
                 }
@@ -108,6 +115,7 @@ pub async fn hammer_checked(
         total_report.refused += r.refused;
         total_report.retried += r.retried;
         total_report.failed += r.failed;
+        total_report.wrong += r.wrong;
         total_report.samples.extend(r.samples.into_iter().take(3));
     }
     total_report
