@@ -646,7 +646,7 @@ async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
         .send()
         .await
         .expect("GET");
-    // Let the access layer count the last body (it counts when the body is dropped).
+    // Let the connection count the last answer (it counts once the body is written).
     tokio::time::sleep(Duration::from_millis(50)).await;
 
     let response = client()
@@ -658,9 +658,7 @@ async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
     assert!(h(response.headers(), "content-type").starts_with("text/plain; version=0.0.4"));
     let text = response.text().await.expect("text");
     let value = |series: &str| -> f64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("{series} missing in\n{text}"))
+        common::metric(&text, series).unwrap_or_else(|| panic!("{series} missing in\n{text}"))
     };
     assert_eq!(
         value("musicd_requests_total{route=\"track\",status=\"200\"}"),

@@ -153,16 +153,8 @@ async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
             .as_bytes(),
         )
         .expect("write");
-    let open = |text: &str| -> f64 {
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix("musicd_open_connections ")?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap_or(-1.0)
-    };
+    let open =
+        |text: &str| -> f64 { common::metric(text, "musicd_open_connections").unwrap_or(-1.0) };
     let scrape = || async {
         let text = reqwest::Client::builder()
             .pool_max_idle_per_host(0)

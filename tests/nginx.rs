@@ -116,10 +116,7 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
         .text()
         .await
         .expect("text");
-    let hits: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("musicd_file_cache_total{result=\"hit\"} "))
-        .and_then(|v| v.parse().ok())
+    let hits = common::metric(&metrics, "musicd_file_cache_total{result=\"hit\"}")
         .expect("file cache hits");
     assert!(
         hits >= 2.0,

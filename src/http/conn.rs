@@ -415,7 +415,7 @@ impl Connection {
         let output = std::mem::take(&mut self.output);
         // Once written the buffer is dropped, not kept: `flush` runs before the connection
         // waits for its next request, and a waiting connection should hold nothing.
-        self.write_all(&output).await
+        self.send_all(&output, false).await
     }
 
     async fn send_bytes(&mut self, bytes: Bytes) -> Result<u64, u64> {
@@ -464,12 +464,12 @@ impl Connection {
         let zero_copy = self.shared.app.state.files.zero_copy;
         let mut sent = 0u64;
         let output = std::mem::take(&mut self.output);
-        let head = self.send_more_all(&output).await;
+        let head = self.send_all(&output, true).await;
         head.map_err(|_| 0u64)?;
         for segment in segments {
             let result = match segment {
                 Segment::Bytes(bytes) => {
-                    let written = self.send_more_all(&bytes).await;
+                    let written = self.send_all(&bytes, true).await;
                     sent += if written.is_ok() {
                         bytes.len() as u64
                     } else {
@@ -540,27 +540,13 @@ impl Connection {
                     "file changed while being sent",
                 )));
             }
-            self.write_all(chunk).await.map_err(FileSendError::Client)?;
+            self.send_all(chunk, false)
+                .await
+                .map_err(FileSendError::Client)?;
             *sent += want as u64;
             offset += want as u64;
             left -= want as u64;
             tokio::task::consume_budget().await;
-        }
-        Ok(())
-    }
-
-    async fn send_more_all(&mut self, mut data: &[u8]) -> io::Result<()> {
-        let fd = self.fd;
-        while !data.is_empty() {
-            match self
-                .stream
-                .try_io(Interest::WRITABLE, || zerocopy::send_more(fd, data))
-            {
-                Ok(n) => data = &data[n..],
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(err),
-            }
         }
         Ok(())
     }
@@ -647,9 +633,15 @@ impl Connection {
         Ok(sent)
     }
 
-    async fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+    /// Sends all of `data`; with `more`, the kernel holds a partial packet back for what
+    /// follows (`MSG_MORE`).
+    async fn send_all(&mut self, mut data: &[u8], more: bool) -> io::Result<()> {
+        let fd = self.fd;
         while !data.is_empty() {
-            match self.stream.try_write(data) {
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || zerocopy::send(fd, data, more))
+            {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => data = &data[n..],
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,

@@ -23,6 +23,7 @@ use super::error::{ApiError, json_status};
 use super::filecache::{CachedFile, Content, FileCache, Identity};
 use super::mime::content_type;
 use super::range::{RangeDecision, decide};
+use super::wire::{put_header, put_headers};
 use crate::config::ServeMode;
 use crate::media::{MediaFile, MediaRoots};
 
@@ -180,8 +181,9 @@ pub fn prepare(
             // The next request for this file answers without the blocking-pool hop, the
             // open and the confinement checks, after the same one `stat` as a hit in
             // direct mode.
-            let lines = header_lines(&answer.headers);
-            let content = Content::Offload(lines);
+            let mut lines = BytesMut::new();
+            put_headers(&mut lines, &answer.headers);
+            let content = Content::Offload(lines.freeze());
             settings
                 .cache
                 .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
@@ -254,10 +256,7 @@ impl FileFacts {
         let mime = content_type(path);
         let mut lines = BytesMut::with_capacity(320);
         let line = |lines: &mut BytesMut, name: &str, value: &[u8]| {
-            lines.put_slice(name.as_bytes());
-            lines.put_slice(b": ");
-            lines.put_slice(value);
-            lines.put_slice(b"\r\n");
+            put_header(lines, name, value);
             lines.len()
         };
         line(&mut lines, "etag", validators.etag.as_bytes());
@@ -570,18 +569,6 @@ fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Payload> {
     response.body(Payload::Empty).unwrap_or_else(|_| {
         json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header").map(Payload::Body)
     })
-}
-
-/// Headers as preformatted lines (`name: value\r\n`).
-fn header_lines(headers: &HeaderMap) -> Bytes {
-    let mut lines = BytesMut::new();
-    for (name, value) in headers {
-        lines.put_slice(name.as_str().as_bytes());
-        lines.put_slice(b": ");
-        lines.put_slice(value.as_bytes());
-        lines.put_slice(b"\r\n");
-    }
-    lines.freeze()
 }
 
 /// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.

@@ -407,13 +407,8 @@ pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         .split(|b| *b == b'\n')
         .any(|line| line.len() > 15 && line[..15].eq_ignore_ascii_case(b"content-length:"));
     out.put_slice(lines);
-    for (name, value) in headers {
-        has_length |= name == axum::http::header::CONTENT_LENGTH;
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
-    }
+    has_length |= headers.contains_key(axum::http::header::CONTENT_LENGTH);
+    put_headers(out, headers);
     match length {
         BodyLength::Known(len) if !has_length => {
             let _ = write!(out, "content-length: {len}\r\n");
@@ -432,6 +427,21 @@ pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         out.put_slice(b"connection: keep-alive\r\n");
     }
     out.put_slice(b"\r\n");
+}
+
+/// Appends one header line, `name: value\r\n`.
+pub fn put_header(out: &mut BytesMut, name: &str, value: &[u8]) {
+    out.put_slice(name.as_bytes());
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// Appends every header of `headers` as a line.
+pub fn put_headers(out: &mut BytesMut, headers: &HeaderMap) {
+    for (name, value) in headers {
+        put_header(out, name.as_str(), value.as_bytes());
+    }
 }
 
 thread_local! {

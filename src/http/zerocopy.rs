@@ -1,4 +1,4 @@
-//! The two socket calls tokio does not offer: `send(2)` with `MSG_MORE` and `sendfile(2)`.
+//! The socket calls tokio does not offer: `send(2)` with `MSG_MORE`, and `sendfile(2)`.
 //!
 //! Large file bodies go from the page cache to the socket with `sendfile`, so their bytes
 //! never pass through user space (nginx's `sendfile on`); the response head goes first with
@@ -11,19 +11,13 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
-/// Sends `data` on socket `socket`, telling the kernel more follows (`MSG_MORE`): it holds
-/// a partial packet back until the next send without the flag.
-pub fn send_more(socket: RawFd, data: &[u8]) -> io::Result<usize> {
+/// Sends `data` on socket `socket`; with `more`, tells the kernel more follows
+/// (`MSG_MORE`): it holds a partial packet back until the next send without the flag.
+pub fn send(socket: RawFd, data: &[u8], more: bool) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // SAFETY: `data` is a valid, initialised slice for the duration of the call; the kernel
     // only reads `data.len()` bytes from it. An invalid descriptor is reported as EBADF.
-    let sent = unsafe {
-        libc::send(
-            socket,
-            data.as_ptr().cast(),
-            data.len(),
-            libc::MSG_MORE | libc::MSG_NOSIGNAL,
-        )
-    };
+    let sent = unsafe { libc::send(socket, data.as_ptr().cast(), data.len(), flags) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -62,7 +56,7 @@ mod tests {
             send_file(left.as_raw_fd(), &file, 10, 5).expect("at end"),
             0
         );
-        assert_eq!(send_more(left.as_raw_fd(), b"!").expect("sent"), 1);
+        assert_eq!(send(left.as_raw_fd(), b"!", true).expect("sent"), 1);
         drop(left);
         let mut received = String::new();
         right.read_to_string(&mut received).expect("read");

@@ -649,6 +649,12 @@ impl TestEnv {
     }
 }
 
+/// The value of one series (name and labels, as printed) in a `/metrics` text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
 /// deterministic pseudo-random bytes, so every offset has a distinct value to check.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed
