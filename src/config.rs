@@ -118,6 +118,8 @@ pub struct Config {
 pub struct LimitsConfig {
     /// Time a client has to send a request's headers (slowloris).
     pub header_read_timeout: Duration,
+    /// Time a client has to send a request's body, from the end of its head.
+    pub body_read_timeout: Duration,
     /// An idle keep-alive connection is closed after this long.
     pub idle_timeout: Duration,
     /// A response whose client stops reading for this long is dropped.
@@ -231,6 +233,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawLimits {
     header_read_timeout_secs: Option<u64>,
+    body_read_timeout_secs: Option<u64>,
     idle_timeout_secs: Option<u64>,
     write_timeout_secs: Option<u64>,
     max_header_bytes: Option<usize>,
@@ -609,6 +612,9 @@ impl RawConfig {
         let limits = LimitsConfig {
             header_read_timeout: Duration::from_secs(
                 raw_limits.header_read_timeout_secs.unwrap_or(10).max(1),
+            ),
+            body_read_timeout: Duration::from_secs(
+                raw_limits.body_read_timeout_secs.unwrap_or(10).max(1),
             ),
             idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
             write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),

@@ -2,18 +2,21 @@
 //!
 //! A request's path through the crate:
 //!
-//! 1. [`http`] accepts the connection, routes `GET /musicdb/{id}/{name}`, and logs the
-//!    request (id, status, bytes, latency, cache outcome) when its body has been sent.
-//! 2. [`catalog::Resolver`] turns the ObjectId into a path: Redis first
-//!    ([`catalog::cache`]), MongoDB on a miss ([`catalog::mongo`]), with the answer written
-//!    back and concurrent misses coalesced. [`redis_link`] keeps Redis optional.
-//! 3. [`media`] confines the path to the media roots and opens the file.
-//! 4. [`http::file`] answers with the file's bytes: conditional requests
-//!    ([`http::conditional`]), ranges ([`http::range`]), MIME types ([`http::mime`]), or an
-//!    offload header for nginx.
+//! 1. [`http::server`] accepts the connection; [`http::h1`] reads the request head and
+//!    any body (RFC 9112: framing, Host, Expect, clocks) and frames every answer.
+//! 2. [`http::routes`] names the route: the track route `{prefix}/{id}[/{name}]` goes to
+//!    [`http::track`], the ops endpoints (`/healthz`, `/readyz`, `/metrics`) to the axum
+//!    [`http::router`].
+//! 3. [`catalog::Resolver`] turns the ObjectId into a path: the in-process 1 s cache,
+//!    Redis ([`catalog::cache`]), MongoDB on a miss ([`catalog::mongo`]), with the answer
+//!    written back and concurrent misses coalesced. [`redis_link`] keeps Redis optional.
+//! 4. [`media`] confines the path to the media roots and opens the file.
+//! 5. [`http::file`] answers with the file's bytes: conditional requests, ranges, HEAD,
+//!    offload headers for nginx; hot files from its cache.
+//! 6. [`http::access_log`] counts the exchange in [`http::metrics`] and logs it.
 //!
 //! [`config`] is read once by either binary; [`admin`] holds what `musicctl` does, and
-//! [`daemon`] runs the server in the foreground with signal handling.
+//! [`daemon`] runs the server (foreground, per-core event loops, or supervised).
 
 #![deny(missing_docs)]
 

@@ -116,7 +116,24 @@ async fn connections_over_the_cap_get_503_and_the_server_stays_up() {
         let (answer, _) = read_until_closed(&mut extra, Duration::from_secs(5));
         let text = String::from_utf8_lossy(&answer);
         assert!(text.starts_with("HTTP/1.1 503"), "{text}");
-        assert!(text.contains("Retry-After: 1"), "{text}");
+        assert!(
+            text.to_ascii_lowercase().contains("\r\nretry-after: 1\r\n"),
+            "{text}"
+        );
+        // Framed exactly: the declared length is the body that came (curl's "transfer
+        // closed with bytes remaining" was a too-long Content-Length).
+        let (head, body) = text.split_once("\r\n\r\n").expect("head and body");
+        let declared: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_string)
+            })
+            .expect("content-length")
+            .parse()
+            .expect("number");
+        assert_eq!(declared, body.len(), "{text}");
         drop(held);
         std::thread::sleep(Duration::from_millis(300));
         let mut fresh = TcpStream::connect(addr).expect("connect");

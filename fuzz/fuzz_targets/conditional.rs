@@ -5,7 +5,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use libfuzzer_sys::fuzz_target;
-use musicd::http::conditional::{Preconditions, Validators, Verdict, evaluate};
+use musicd::http::file::conditional::{Preconditions, Validators, Verdict, evaluate};
 
 fuzz_target!(|input: (&str, &str, &str, &str, &str, u32, u32)| {
     let (a, b, c, d, e, size, secs) = input;

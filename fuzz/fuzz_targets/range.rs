@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use musicd::http::range::{RangeDecision, decide};
+use musicd::http::file::range::{RangeDecision, decide};
 
 fuzz_target!(|input: (&str, u32, u8)| {
     let (header, size, max) = input;

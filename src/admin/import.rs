@@ -15,7 +15,7 @@ use mongodb::error::ErrorKind;
 use mongodb::options::IndexOptions;
 
 use super::{AdminError, Backends};
-use crate::http::mime::is_audio;
+use crate::media::mime::is_audio;
 
 /// MongoDB error code for a duplicate key.
 const DUPLICATE_KEY: i32 = 11000;

@@ -1,15 +1,17 @@
 //! The one place where errors become HTTP answers.
 //!
-//! Every failure a request can meet is an [`ApiError`]; its [`IntoResponse`] picks the status
-//! and writes a small JSON body `{"error": "...", "id": "..."}` so players and operators get
-//! a reason instead of an empty page. Errors that point at a problem on our side (a
-//! document outside the roots, a file missing on disk) are logged here too.
+//! Every failure a track request can meet is an [`ApiError`]; [`ApiError::into_answer`]
+//! picks the status and writes a small JSON body `{"error": "...", "id": "..."}` so players
+//! and operators get a reason instead of an empty page. Errors that point at a problem on
+//! our side (a document outside the roots, a file missing on disk) are logged here too.
+//! Refusals of the HTTP/1.1 layer map to their status in [`crate::http::h1::head`].
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::catalog::{CacheOutcome, ResolveError};
+use super::answer::Answer;
+use crate::catalog::ResolveError;
 use crate::media::MediaError;
 
 /// Seconds a client is told to wait when the catalogue is down.
@@ -125,28 +127,27 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The answer the client gets (and the log line we keep).
+    pub fn into_answer(self) -> Answer {
         self.log();
         let status = self.status();
         // Echo at most a sane length of the id back; it is attacker-controlled.
         let id: String = self.id().chars().take(64).collect();
-        let body = serde_json::json!({ "error": self.public_message(), "id": id });
-        let mut response = (status, Json(body)).into_response();
+        let mut answer = Answer::json(
+            status,
+            &serde_json::json!({ "error": self.public_message(), "id": id }),
+        );
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
+            answer
+                .headers
                 .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
-        response
+        answer
     }
 }
 
-/// A JSON error body for answers that are not tied to a track id (416, 412, 404 route).
+/// A JSON error body from the router (its 404 and the ops endpoints' failures).
 pub fn json_status(status: StatusCode, message: &str) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
 }
-
-/// Attached to responses so the access log knows where the answer came from.
-#[derive(Debug, Clone, Copy)]
-pub struct Outcome(pub CacheOutcome);

@@ -7,13 +7,13 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::routes::Route;
 use crate::catalog::CacheOutcome;
 
-/// Routes, as labelled in metrics.
-pub const ROUTES: [&str; 5] = ["track", "healthz", "readyz", "metrics", "other"];
-
 /// Status codes counted individually; anything else is `other`.
-const STATUSES: [u16; 12] = [200, 206, 304, 400, 403, 404, 405, 412, 416, 500, 503, 0];
+const STATUSES: [u16; 13] = [
+    200, 206, 304, 400, 403, 404, 405, 412, 416, 500, 501, 503, 0,
+];
 
 const OUTCOMES: [CacheOutcome; 5] = [
     CacheOutcome::Local,
@@ -31,7 +31,7 @@ const BUCKETS: [f64; 12] = [
 /// All counters of one server.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: [[AtomicU64; STATUSES.len()]; ROUTES.len()],
+    requests: [[AtomicU64; STATUSES.len()]; Route::ALL.len()],
     bytes_sent: AtomicU64,
     cache: [AtomicU64; OUTCOMES.len()],
     file_cache_hits: AtomicU64,
@@ -44,14 +44,6 @@ pub struct Metrics {
     open_connections: AtomicI64,
 }
 
-/// Index of a route label.
-pub fn route_index(route: &str) -> usize {
-    ROUTES
-        .iter()
-        .position(|r| *r == route)
-        .unwrap_or(ROUTES.len() - 1)
-}
-
 impl Metrics {
     /// A response began (its body is being sent).
     pub fn response_started(&self) {
@@ -59,13 +51,13 @@ impl Metrics {
     }
 
     /// A response ended: count it.
-    pub fn response_finished(&self, route: usize, status: u16, bytes: u64, cache: CacheOutcome) {
+    pub fn response_finished(&self, route: Route, status: u16, bytes: u64, cache: CacheOutcome) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         let slot = STATUSES
             .iter()
             .position(|s| *s == status)
             .unwrap_or(STATUSES.len() - 1);
-        self.requests[route.min(ROUTES.len() - 1)][slot].fetch_add(1, Ordering::Relaxed);
+        self.requests[route.index()][slot].fetch_add(1, Ordering::Relaxed);
         self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
         if let Some(i) = OUTCOMES.iter().position(|o| *o == cache) {
             self.cache[i].fetch_add(1, Ordering::Relaxed);
@@ -115,7 +107,7 @@ impl Metrics {
             "# HELP musicd_requests_total Responses by route and status."
         );
         let _ = writeln!(out, "# TYPE musicd_requests_total counter");
-        for (r, route) in ROUTES.iter().enumerate() {
+        for (r, route) in Route::ALL.iter().map(|route| route.label()).enumerate() {
             for (s, status) in STATUSES.iter().enumerate() {
                 let n = get(&self.requests[r][s]);
                 if n > 0 {

@@ -11,6 +11,7 @@
 pub mod load;
 pub mod nginx;
 pub mod supervised;
+pub mod wire_check;
 
 use std::collections::HashSet;
 use std::io::{Read, Write};

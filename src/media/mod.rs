@@ -1,10 +1,13 @@
-//! Confining document paths to the media roots.
+//! The media: confining document paths to the media roots, and what kind of file each is
+//! ([`mime`]).
 //!
 //! MongoDB's contents are trusted to name files, not to name *any* file: a path is served
 //! only if, after resolving `..` and every symlink, it lies under one of the configured
 //! (already canonical) media roots and is a regular file. This is the one place that
 //! decides that; it is synchronous (it touches the file system) and is called from the
 //! blocking pool.
+
+pub mod mime;
 
 use std::fs::{File, Metadata};
 use std::io;

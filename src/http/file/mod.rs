@@ -4,81 +4,45 @@
 //! memory or an open descriptor, one `stat` to prove it is current). Otherwise everything
 //! that touches the disk (confining the path, opening, `fstat`, reading a small body)
 //! happens in one hop to the blocking pool in [`prepare`]. The decisions in between are
-//! the pure functions of [`super::conditional`] and [`super::range`]; the answer's header
-//! lines are formatted once per file version ([`FileFacts`]). Large bodies are sent from
-//! the already-open file (see [`super::conn`]), so a file replaced by rename mid-stream
-//! keeps sending the version that was opened.
+//! the pure functions of [`conditional`] and [`range`]; the answer's header lines are
+//! formatted once per file version ([`facts`]). Large bodies are sent from the already-open
+//! file (see [`crate::http::h1`]), so a file replaced by rename mid-stream keeps sending the
+//! version that was opened.
+//!
+//! Submodules: [`request`] (what is read from the request), [`conditional`] and [`range`]
+//! (RFC 9110 decisions), [`facts`] (header lines per file version), [`identity`] (what a
+//! version of a file is), [`cache`] (hot files in memory or open), and the offload headers.
+
+pub mod cache;
+pub mod conditional;
+pub mod facts;
+pub mod identity;
+mod offload;
+pub mod range;
+pub mod request;
 
 use std::fs::File;
-use std::path::Path;
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use axum::http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use bytes::{BufMut, Bytes, BytesMut};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::body::{Payload, Segment, read_chunk};
-use super::conditional::{Preconditions, Validators, Verdict, evaluate};
-use super::error::{ApiError, json_status};
-use super::filecache::{CachedFile, Content, FileCache, Identity};
-use super::mime::content_type;
-use super::range::{RangeDecision, decide};
-use super::wire::{put_header, put_headers};
+use self::cache::{CachedFile, Content, FileCache};
+use self::conditional::{Verdict, evaluate};
+use self::facts::FileFacts;
+use self::identity::Identity;
+use self::range::{RangeDecision, decide};
+use self::request::FileRequest;
+use super::answer::{Answer, Payload, Segment};
+use super::error::ApiError;
+use super::header_lines::put_headers;
 use crate::config::ServeMode;
 use crate::media::{MediaFile, MediaRoots};
 
 /// Bodies up to this size are read in the same blocking hop that opens the file.
 pub const INLINE_READ_MAX: u64 = 128 * 1024;
-
-/// What [`prepare`] needs from the request, owned so it can cross to the blocking pool.
-#[derive(Debug, Clone, Default)]
-pub struct FileRequest {
-    /// HEAD: headers only.
-    pub head: bool,
-    /// `Range`.
-    pub range: Option<String>,
-    /// `If-Match`.
-    pub if_match: Option<String>,
-    /// `If-None-Match`.
-    pub if_none_match: Option<String>,
-    /// `If-Modified-Since`.
-    pub if_modified_since: Option<String>,
-    /// `If-Unmodified-Since`.
-    pub if_unmodified_since: Option<String>,
-    /// `If-Range`.
-    pub if_range: Option<String>,
-}
-
-impl FileRequest {
-    /// Copies the relevant headers out of a request.
-    pub fn from_parts(method: &Method, headers: &HeaderMap) -> FileRequest {
-        let get = |name: header::HeaderName| {
-            headers
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        FileRequest {
-            head: method == Method::HEAD,
-            range: get(header::RANGE),
-            if_match: get(header::IF_MATCH),
-            if_none_match: get(header::IF_NONE_MATCH),
-            if_modified_since: get(header::IF_MODIFIED_SINCE),
-            if_unmodified_since: get(header::IF_UNMODIFIED_SINCE),
-            if_range: get(header::IF_RANGE),
-        }
-    }
-
-    fn preconditions(&self) -> Preconditions<'_> {
-        Preconditions {
-            if_match: self.if_match.as_deref(),
-            if_none_match: self.if_none_match.as_deref(),
-            if_modified_since: self.if_modified_since.as_deref(),
-            if_unmodified_since: self.if_unmodified_since.as_deref(),
-            if_range: self.if_range.as_deref(),
-        }
-    }
-}
 
 /// Settings of the file server, taken from the config once.
 pub struct FileSettings {
@@ -130,12 +94,11 @@ pub fn from_cache(
         },
         // The front server evaluates ranges and conditions itself.
         Content::Offload(lines) => {
-            return Some(Ok(Answer {
-                status: StatusCode::OK,
-                lines: lines.clone(),
-                headers: HeaderMap::new(),
-                payload: Payload::Empty,
-            }));
+            return Some(Ok(Answer::new(
+                StatusCode::OK,
+                lines.clone(),
+                Payload::Empty,
+            )));
         }
     };
     Some(respond(settings, id, &cached.facts, source, request))
@@ -153,7 +116,7 @@ pub async fn serve(
         .await
         .map_err(|join| ApiError::Io {
             id,
-            source: std::io::Error::other(join),
+            source: io::Error::other(join),
         })?
 }
 
@@ -176,19 +139,20 @@ pub fn prepare(
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
     let facts = FileFacts::new(&media.path, size, modified, &settings.cache_control);
     if settings.mode != ServeMode::Direct {
-        let answer = Answer::from_response(offload(settings, &media));
-        if answer.status == StatusCode::OK {
-            // The next request for this file answers without the blocking-pool hop, the
-            // open and the confinement checks, after the same one `stat` as a hit in
-            // direct mode.
-            let mut lines = BytesMut::new();
-            put_headers(&mut lines, &answer.headers);
-            let content = Content::Offload(lines.freeze());
-            settings
-                .cache
-                .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
-        }
-        return Ok(answer);
+        let headers = offload::headers(settings, &media).map_err(|source| ApiError::Io {
+            id: id.to_string(),
+            source,
+        })?;
+        let mut lines = BytesMut::new();
+        put_headers(&mut lines, &headers);
+        let lines = lines.freeze();
+        // The next request for this file answers without the blocking-pool hop, the open
+        // and the confinement checks, after the same one `stat` as a hit in direct mode.
+        let content = Content::Offload(lines.clone());
+        settings
+            .cache
+            .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
+        return Ok(Answer::new(StatusCode::OK, lines, Payload::Empty));
     }
     if settings.cache.admits(size)
         && let Some(bytes) = read_whole(&media)
@@ -224,110 +188,6 @@ fn read_whole(media: &MediaFile) -> Option<Bytes> {
     (Identity::of(&after) == Identity::of(&media.metadata)).then_some(bytes)
 }
 
-/// What every answer about one version of a file says, computed once per version (kept in
-/// the file cache for hot files, so a hit formats no header at all).
-#[derive(Debug, Clone)]
-pub struct FileFacts {
-    /// Size in bytes.
-    pub size: u64,
-    /// ETag and Last-Modified.
-    pub validators: Validators,
-    /// MIME type by extension.
-    pub mime: &'static str,
-    /// `etag`, `last-modified`, `cache-control` lines: what a 304 says.
-    validator_lines: Bytes,
-    /// The validator lines plus `accept-ranges` and `content-disposition`: what every
-    /// answer with a body says.
-    body_lines: Bytes,
-    /// The body lines plus `content-type` and `content-length`: a whole 200, complete.
-    full_lines: Bytes,
-}
-
-impl FileFacts {
-    /// Facts of the file at `path` with this size and modification time, answered with
-    /// this `Cache-Control`.
-    pub fn new(
-        path: &Path,
-        size: u64,
-        modified: std::time::SystemTime,
-        cache_control: &HeaderValue,
-    ) -> FileFacts {
-        let validators = Validators::new(size, modified);
-        let mime = content_type(path);
-        let mut lines = BytesMut::with_capacity(320);
-        let line = |lines: &mut BytesMut, name: &str, value: &[u8]| {
-            put_header(lines, name, value);
-            lines.len()
-        };
-        line(&mut lines, "etag", validators.etag.as_bytes());
-        let last_modified = validators.last_modified_header();
-        line(&mut lines, "last-modified", last_modified.as_bytes());
-        let validator_len = line(&mut lines, "cache-control", cache_control.as_bytes());
-        line(&mut lines, "accept-ranges", b"bytes");
-        // `content_disposition` escapes everything outside visible ASCII.
-        let disposition = content_disposition(path);
-        let body_len = line(&mut lines, "content-disposition", disposition.as_bytes());
-        line(&mut lines, "content-type", mime.as_bytes());
-        line(&mut lines, "content-length", size.to_string().as_bytes());
-        let full_lines = lines.freeze();
-        FileFacts {
-            size,
-            validator_lines: full_lines.slice(..validator_len),
-            body_lines: full_lines.slice(..body_len),
-            full_lines,
-            validators,
-            mime,
-        }
-    }
-}
-
-/// A file answer: the status, header lines formatted once per file version, any further
-/// headers (ranges), and the body. The connection writes the lines as they are.
-#[derive(Debug)]
-pub struct Answer {
-    /// The status.
-    pub status: StatusCode,
-    /// Complete header lines (`name: value\r\n`), written first.
-    pub lines: Bytes,
-    /// Headers written after the lines.
-    pub headers: HeaderMap,
-    /// The body.
-    pub payload: Payload,
-}
-
-impl Answer {
-    /// An answer made from a framework response (errors, offload headers).
-    pub fn from_response(response: Response<Payload>) -> Answer {
-        let (parts, payload) = response.into_parts();
-        Answer {
-            status: parts.status,
-            lines: Bytes::new(),
-            headers: parts.headers,
-            payload,
-        }
-    }
-
-    /// The answer as an axum response (for the router's track route).
-    pub fn into_response(self) -> Response<axum::body::Body> {
-        let mut response = Response::new(self.payload.into_body());
-        *response.status_mut() = self.status;
-        let headers = response.headers_mut();
-        for line in self.lines.split(|b| *b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let Some(colon) = line.iter().position(|b| *b == b':') else {
-                continue;
-            };
-            let name = header::HeaderName::from_bytes(&line[..colon]);
-            let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii_start());
-            if let (Ok(name), Ok(value)) = (name, value) {
-                headers.append(name, value);
-            }
-        }
-        headers.extend(self.headers);
-        response
-    }
-}
-
 /// Builds the answer: conditional requests, ranges, headers, body.
 fn respond(
     settings: &FileSettings,
@@ -340,17 +200,16 @@ fn respond(
     let verdict = evaluate(&request.preconditions(), &facts.validators);
     match verdict {
         Verdict::NotModified => {
-            return Ok(Answer {
-                status: StatusCode::NOT_MODIFIED,
-                lines: facts.validator_lines.clone(),
-                headers: HeaderMap::new(),
-                payload: Payload::Empty,
-            });
+            return Ok(Answer::new(
+                StatusCode::NOT_MODIFIED,
+                facts.validator_lines.clone(),
+                Payload::Empty,
+            ));
         }
         Verdict::PreconditionFailed => {
-            return Ok(Answer::from_response(
-                json_status(StatusCode::PRECONDITION_FAILED, "precondition failed")
-                    .map(Payload::Body),
+            return Ok(Answer::json_error(
+                StatusCode::PRECONDITION_FAILED,
+                "precondition failed",
             ));
         }
         Verdict::Proceed | Verdict::IgnoreRange => {}
@@ -364,16 +223,18 @@ fn respond(
     let (status, segments) = match decision {
         RangeDecision::Unsatisfiable => {
             let mut answer =
-                json_status(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
-            if let Ok(value) = HeaderValue::from_str(&format!("bytes */{size}")) {
-                answer.headers_mut().insert(header::CONTENT_RANGE, value);
-            }
-            return Ok(Answer::from_response(answer.map(Payload::Body)));
+                Answer::json_error(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+            let value = HeaderValue::from_str(&format!("bytes */{size}"))
+                .map_err(|e| internal(id, e.into()))?;
+            answer.headers.insert(header::CONTENT_RANGE, value);
+            return Ok(answer);
         }
         RangeDecision::Full => {
             // The hot path: no header to format, no segment list for an in-memory file.
+            // HEAD keeps the body GET would send (never read from disk) so that the
+            // head writer declares its length; the connection does not send it.
             let payload = match source {
-                _ if request.head || size == 0 => Payload::Empty,
+                _ if size == 0 => Payload::Empty,
                 Source::Memory(bytes) => Payload::Bytes(bytes),
                 Source::Disk {
                     file,
@@ -384,6 +245,7 @@ fn respond(
                         offset: 0,
                         len: size,
                     }];
+                    let inline = inline && !request.head;
                     inline_or_stream(file, opened, whole, size, inline).map_err(|source| {
                         ApiError::Io {
                             id: id.to_string(),
@@ -392,12 +254,11 @@ fn respond(
                     })?
                 }
             };
-            return Ok(Answer {
-                status: StatusCode::OK,
-                lines: facts.full_lines.clone(),
-                headers,
+            return Ok(Answer::new(
+                StatusCode::OK,
+                facts.full_lines.clone(),
                 payload,
-            });
+            ));
         }
         RangeDecision::Single(range) => {
             headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(facts.mime));
@@ -428,9 +289,7 @@ fn respond(
         }
     };
     let length: u64 = segments.iter().map(Segment::len).sum();
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-
-    let payload = if request.head || length == 0 {
+    let payload = if length == 0 {
         Payload::Empty
     } else {
         match source {
@@ -439,20 +298,16 @@ fn respond(
                 file,
                 opened,
                 inline,
-            } => inline_or_stream(file, opened, segments, length, inline).map_err(|source| {
-                ApiError::Io {
+            } => inline_or_stream(file, opened, segments, length, inline && !request.head)
+                .map_err(|source| ApiError::Io {
                     id: id.to_string(),
                     source,
-                }
-            })?,
+                })?,
         }
     };
-    Ok(Answer {
-        status,
-        lines: facts.body_lines.clone(),
-        headers,
-        payload,
-    })
+    let mut answer = Answer::new(status, facts.body_lines.clone(), payload);
+    answer.headers = headers;
+    Ok(answer)
 }
 
 /// The body from an in-memory file: zero-copy slices for one part, one buffer for several.
@@ -532,67 +387,24 @@ fn multipart(
     segments
 }
 
-/// Characters left as they are in the offload URI: unreserved ones and `/`.
-const OFFLOAD_KEEP: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'/')
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
-/// An empty answer telling the front server which file to send.
-fn offload(settings: &FileSettings, media: &MediaFile) -> Response<Payload> {
-    let mut response = Response::builder()
-        .header(header::CONTENT_TYPE, content_type(&media.path))
-        .header(header::CACHE_CONTROL, settings.cache_control.clone())
-        .header(
-            header::CONTENT_DISPOSITION,
-            content_disposition(&media.path),
-        );
-    response = match settings.mode {
-        ServeMode::XSendfile => response.header("X-Sendfile", media.path.display().to_string()),
-        _ => {
-            let relative = settings
-                .roots
-                .relative(media)
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let uri = format!(
-                "{}/{}/{}",
-                settings.accel_location,
-                media.root_index,
-                utf8_percent_encode(&relative, OFFLOAD_KEEP)
-            );
-            response.header("X-Accel-Redirect", uri)
-        }
-    };
-    response.body(Payload::Empty).unwrap_or_else(|_| {
-        json_status(StatusCode::INTERNAL_SERVER_ERROR, "bad offload header").map(Payload::Body)
-    })
-}
-
-/// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.
-pub fn content_disposition(path: &Path) -> String {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let ascii: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
-                c
-            } else {
-                '_'
+/// Reads exactly `want` bytes at `offset`, or fails if the file ends first.
+pub fn read_chunk(file: &File, offset: u64, want: usize) -> io::Result<Bytes> {
+    let mut buf = vec![0u8; want];
+    let mut filled = 0;
+    while filled < want {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shrank while being sent",
+                ));
             }
-        })
-        .collect();
-    if ascii == name {
-        format!("inline; filename=\"{name}\"")
-    } else {
-        let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
-        format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
     }
+    Ok(Bytes::from(buf))
 }
 
 fn internal(id: &str, err: axum::http::Error) -> ApiError {
@@ -620,19 +432,36 @@ mod tests {
         }
     }
 
-    fn body_bytes(response: Response<axum::body::Body>) -> Bytes {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async {
-            use http_body_util::BodyExt;
-            response
-                .into_body()
-                .collect()
-                .await
-                .expect("body")
-                .to_bytes()
-        })
+    /// Status, headers (lines and map) and the body bytes an answer would send.
+    fn flatten(answer: Answer) -> (StatusCode, HeaderMap, Bytes) {
+        let mut headers = HeaderMap::new();
+        for line in answer.lines.split(|b| *b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if let Some(colon) = line.iter().position(|b| *b == b':') {
+                let name = header::HeaderName::from_bytes(&line[..colon]).expect("name");
+                let value = HeaderValue::from_bytes(line[colon + 1..].trim_ascii()).expect("value");
+                headers.append(name, value);
+            }
+        }
+        headers.extend(answer.headers);
+        let body = match answer.payload {
+            Payload::Empty => Bytes::new(),
+            Payload::Bytes(bytes) => bytes,
+            Payload::File { file, segments, .. } => {
+                let mut out = BytesMut::new();
+                for segment in segments {
+                    match segment {
+                        Segment::Bytes(bytes) => out.put(bytes),
+                        Segment::File { offset, len } => {
+                            out.put(read_chunk(&file, offset, len as usize).expect("read"))
+                        }
+                    }
+                }
+                out.freeze()
+            }
+            Payload::Body(_) => panic!("file answers have no router body"),
+        };
+        (answer.status, headers, body)
     }
 
     fn content_range(text: &str) -> (usize, usize, usize) {
@@ -660,18 +489,12 @@ mod tests {
                 1 => format!("{a}-"),
                 _ => format!("-{b}"),
             }).collect::<Vec<_>>().join(", "));
-            let facts = FileFacts::new(Path::new("/m/x.mp3"), size as u64, std::time::UNIX_EPOCH, &HeaderValue::from_static("public"));
+            let facts = FileFacts::new(std::path::Path::new("/m/x.mp3"), size as u64, std::time::UNIX_EPOCH, &HeaderValue::from_static("public"));
             let request = FileRequest { range: Some(header.clone()), ..FileRequest::default() };
-            let response = respond(&settings(), "id", &facts, Source::Memory(file.clone()), &request)
-                .expect("an answer")
-                .into_response();
-            let status = response.status();
-            let headers = response.headers().clone();
-            let body = body_bytes(response);
-            if let Some(length) = headers.get(header::CONTENT_LENGTH) {
-                let length: usize = length.to_str().expect("ascii").parse().expect("number");
-                prop_assert_eq!(length, body.len());
-            }
+            let answer = respond(&settings(), "id", &facts, Source::Memory(file.clone()), &request)
+                .expect("an answer");
+            let (status, headers, body) = flatten(answer);
+            prop_assert!(headers.get(header::CONTENT_LENGTH).is_none(), "framing is the head writer's");
             match status {
                 StatusCode::OK => prop_assert_eq!(&body, &file),
                 StatusCode::RANGE_NOT_SATISFIABLE => {
@@ -714,18 +537,5 @@ mod tests {
 
     fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
         haystack.windows(needle.len()).position(|w| w == needle)
-    }
-
-    #[test]
-    fn disposition_quotes_plain_names_and_encodes_others() {
-        assert_eq!(
-            content_disposition(Path::new("/m/Song 1.mp3")),
-            "inline; filename=\"Song 1.mp3\""
-        );
-        let d = content_disposition(Path::new("/m/Café \"x\".mp3"));
-        assert!(
-            d.starts_with("inline; filename=\"Caf_ _x_.mp3\"; filename*=UTF-8''Caf%C3%A9"),
-            "{d}"
-        );
     }
 }

@@ -17,36 +17,13 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
-use super::file::FileFacts;
-
-/// What identifies one version of a file on disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Identity {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl Identity {
-    /// The identity in `metadata`.
-    pub fn of(metadata: &std::fs::Metadata) -> Identity {
-        Identity {
-            dev: metadata.dev(),
-            ino: metadata.ino(),
-            len: metadata.len(),
-            mtime: metadata.mtime(),
-            mtime_nsec: metadata.mtime_nsec(),
-        }
-    }
-}
+use super::facts::FileFacts;
+use super::identity::Identity;
 
 /// What a cache entry holds.
 #[derive(Debug)]

@@ -1,0 +1,156 @@
+//! What a handler answers before it goes on the wire: a status, header lines, a body.
+//!
+//! Every answer musicd sends, file or error or ops endpoint, is an [`Answer`]; the HTTP/1.1
+//! layer ([`super::h1::framing`]) alone decides how its body is delimited, so no handler
+//! writes `Content-Length` or `Transfer-Encoding` itself.
+//!
+//! A file body is a list of [`Segment`]s: a range is one file segment, a multipart answer
+//! alternates part headers and file segments. The connection sends file segments with
+//! `sendfile(2)` (or copies them, without `zero_copy`) from the file opened when the answer
+//! was decided, so a file replaced by rename mid-stream keeps sending the version opened.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+
+use super::file::identity::Identity;
+
+/// A piece of a response body.
+#[derive(Debug, Clone)]
+pub enum Segment {
+    /// Bytes already in memory (a small file, multipart headers).
+    Bytes(Bytes),
+    /// `len` bytes of the file starting at `offset`.
+    File {
+        /// Where the slice starts.
+        offset: u64,
+        /// How long it is.
+        len: u64,
+    },
+}
+
+impl Segment {
+    /// How many bytes this segment contributes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Segment::Bytes(b) => b.len() as u64,
+            Segment::File { len, .. } => *len,
+        }
+    }
+
+    /// Whether the segment contributes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What follows a response head.
+pub enum Payload {
+    /// Nothing.
+    Empty,
+    /// Bytes already in memory.
+    Bytes(Bytes),
+    /// Slices of an open file and in-memory parts, in order.
+    File {
+        /// The file, opened (and confined) before the head was decided.
+        file: Arc<File>,
+        /// What to send.
+        segments: Vec<Segment>,
+        /// The file's identity when it was opened: a transfer that finds it changed is
+        /// aborted.
+        opened: Identity,
+    },
+    /// A body produced by the axum router (ops endpoints).
+    Body(Body),
+}
+
+impl Payload {
+    /// The body's length when known before sending.
+    pub fn exact_len(&self) -> Option<u64> {
+        match self {
+            Payload::Empty => Some(0),
+            Payload::Bytes(bytes) => Some(bytes.len() as u64),
+            Payload::File { segments, .. } => Some(segments.iter().map(Segment::len).sum()),
+            Payload::Body(body) => http_body::Body::size_hint(body).exact(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Payload::Empty => f.write_str("Empty"),
+            Payload::Bytes(bytes) => write!(f, "Bytes({})", bytes.len()),
+            Payload::File { segments, .. } => write!(f, "File({segments:?})"),
+            Payload::Body(_) => f.write_str("Body"),
+        }
+    }
+}
+
+/// An answer: the status, header lines formatted once per file version, further headers,
+/// and the body. Neither `lines` nor `headers` carries framing (`Content-Length`,
+/// `Transfer-Encoding`, `Connection`): the head writer adds it from the payload.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status.
+    pub status: StatusCode,
+    /// Complete header lines (`name: value\r\n`), written first.
+    pub lines: Bytes,
+    /// Headers written after the lines.
+    pub headers: HeaderMap,
+    /// The body.
+    pub payload: Payload,
+    /// For a HEAD answer made by the router: the length GET would have sent, which the
+    /// router's emptied body no longer tells.
+    pub declared_len: Option<u64>,
+}
+
+impl Answer {
+    /// An answer with these lines and body, no further headers.
+    pub fn new(status: StatusCode, lines: Bytes, payload: Payload) -> Answer {
+        Answer {
+            status,
+            lines,
+            headers: HeaderMap::new(),
+            payload,
+            declared_len: None,
+        }
+    }
+
+    /// `{"error": message}` with this status.
+    pub fn json_error(status: StatusCode, message: &str) -> Answer {
+        Answer::json(status, &serde_json::json!({ "error": message }))
+    }
+
+    /// A JSON body with this status.
+    pub fn json(status: StatusCode, body: &serde_json::Value) -> Answer {
+        let text = Bytes::from(body.to_string());
+        let mut answer = Answer::new(status, Bytes::new(), Payload::Bytes(text));
+        answer.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        answer
+    }
+
+    /// An answer made from an axum response (the ops endpoints, the router's 404/405).
+    pub fn from_response(response: Response) -> Answer {
+        let (mut parts, body) = response.into_parts();
+        let declared_len = parts
+            .headers
+            .remove(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        parts.headers.remove(header::TRANSFER_ENCODING);
+        Answer {
+            status: parts.status,
+            lines: Bytes::new(),
+            headers: parts.headers,
+            payload: Payload::Body(body),
+            declared_len,
+        }
+    }
+}

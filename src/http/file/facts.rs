@@ -1,0 +1,127 @@
+//! What every answer about one version of a file says, formatted once per version.
+//!
+//! Hot files keep their [`FileFacts`] in the file cache, so a cache hit formats no header
+//! but `Content-Length`, which the HTTP/1.1 layer writes from the body it frames.
+
+use std::path::Path;
+
+use axum::http::HeaderValue;
+use bytes::{Bytes, BytesMut};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::conditional::Validators;
+use crate::http::header_lines::put_header;
+use crate::media::mime::content_type;
+
+/// The validators and header lines of one version of a file.
+#[derive(Debug, Clone)]
+pub struct FileFacts {
+    /// Size in bytes.
+    pub size: u64,
+    /// ETag and Last-Modified.
+    pub validators: Validators,
+    /// MIME type by extension.
+    pub mime: &'static str,
+    /// `etag`, `last-modified`, `cache-control` lines: what a 304 says.
+    pub validator_lines: Bytes,
+    /// The validator lines plus `accept-ranges` and `content-disposition`: what every
+    /// answer with a body says.
+    pub body_lines: Bytes,
+    /// The body lines plus `content-type`: a whole 200.
+    pub full_lines: Bytes,
+}
+
+impl FileFacts {
+    /// Facts of the file at `path` with this size and modification time, answered with
+    /// this `Cache-Control`.
+    pub fn new(
+        path: &Path,
+        size: u64,
+        modified: std::time::SystemTime,
+        cache_control: &HeaderValue,
+    ) -> FileFacts {
+        let validators = Validators::new(size, modified);
+        let mime = content_type(path);
+        let mut lines = BytesMut::with_capacity(320);
+        let line = |lines: &mut BytesMut, name: &str, value: &[u8]| {
+            put_header(lines, name, value);
+            lines.len()
+        };
+        line(&mut lines, "etag", validators.etag.as_bytes());
+        let last_modified = validators.last_modified_header();
+        line(&mut lines, "last-modified", last_modified.as_bytes());
+        let validator_len = line(&mut lines, "cache-control", cache_control.as_bytes());
+        line(&mut lines, "accept-ranges", b"bytes");
+        // `content_disposition` escapes everything outside visible ASCII.
+        let disposition = content_disposition(path);
+        let body_len = line(&mut lines, "content-disposition", disposition.as_bytes());
+        line(&mut lines, "content-type", mime.as_bytes());
+        let full_lines = lines.freeze();
+        FileFacts {
+            size,
+            validator_lines: full_lines.slice(..validator_len),
+            body_lines: full_lines.slice(..body_len),
+            full_lines,
+            validators,
+            mime,
+        }
+    }
+}
+
+/// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.
+pub fn content_disposition(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if ascii == name {
+        format!("inline; filename=\"{name}\"")
+    } else {
+        let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
+        format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disposition_quotes_plain_names_and_encodes_others() {
+        assert_eq!(
+            content_disposition(Path::new("/m/Song 1.mp3")),
+            "inline; filename=\"Song 1.mp3\""
+        );
+        let d = content_disposition(Path::new("/m/Café \"x\".mp3"));
+        assert!(
+            d.starts_with("inline; filename=\"Caf_ _x_.mp3\"; filename*=UTF-8''Caf%C3%A9"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn lines_carry_no_framing() {
+        let facts = FileFacts::new(
+            Path::new("/m/a.mp3"),
+            1234,
+            std::time::UNIX_EPOCH,
+            &HeaderValue::from_static("public"),
+        );
+        let text = String::from_utf8(facts.full_lines.to_vec()).expect("ascii");
+        assert!(text.contains("content-type: audio/mpeg\r\n"), "{text}");
+        assert!(
+            !text.to_ascii_lowercase().contains("content-length"),
+            "{text}"
+        );
+    }
+}

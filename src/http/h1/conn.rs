@@ -1,0 +1,412 @@
+//! One client connection's state machine: read a head, read (and drop) its body, answer,
+//! keep the connection or close it, and the clocks that bound each wait.
+//!
+//! States and their clocks (all from [`ServeOptions`]):
+//! * waiting for the first request, or for the rest of a started head:
+//!   `header_read_timeout`, counted from accept (first request) or from the head's first
+//!   byte, never from a later wake-up;
+//! * reading a request body: `body_read_timeout` from the end of its head, whatever
+//!   trickles in;
+//! * an idle keep-alive connection: `idle_timeout`;
+//! * a response whose client stops taking bytes: `write_timeout` without progress
+//!   (`send`).
+//!
+//! Closing is staged (RFC 9112 §9.6): after an answer that says `connection: close`, or a
+//! refusal, the connection half-closes and reads what the client still sends for a moment
+//! ([`LINGER`]) before it closes, so unread input does not turn the close into a reset that
+//! destroys the answer in flight. A refusal always closes, so a request pipelined after a
+//! malformed one is never answered.
+//!
+//! When the server stops, idle connections close at once, a response in flight finishes
+//! (then the connection closes), and a connection accepted just before the stop gets
+//! [`FIRST_REQUEST_GRACE`] to send its request.
+
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{Method, Version};
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::dispatch::{self, Dispatched};
+use super::framing::CONTINUE;
+use super::head::{self, HeadError, HeadLimits, RequestHead};
+use super::request_body::BodyReader;
+use super::request_id::RequestId;
+use crate::catalog::CacheOutcome;
+use crate::http::access_log::{self, Finished};
+use crate::http::answer::Answer;
+use crate::http::routes::Route;
+use crate::http::{App, ServeOptions};
+
+/// How long, once stopping, a connection accepted just before may take to send its first
+/// request. Closing it at once would reset a client whose connect raced the stop.
+pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+
+/// Bytes reserved for reading a request head.
+const READ_CHUNK: usize = 1024;
+
+/// After an answer that closes the connection, unread input is drained for this long, so
+/// the close does not turn into a reset that destroys the answer in flight.
+pub const LINGER: Duration = Duration::from_secs(1);
+
+/// Most bytes drained while lingering.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Everything the connections of one listener share.
+pub struct Shared {
+    /// Routes and state.
+    pub app: App,
+    /// Timeouts and limits.
+    pub options: ServeOptions,
+    /// Head size limits.
+    pub limits: HeadLimits,
+}
+
+/// Serves one connection until it closes, fails, times out or the server stops.
+pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+    let now = Instant::now();
+    let stopping = *stop.borrow();
+    let fd = stream.as_raw_fd();
+    let mut signal = stop.clone();
+    let timer = Box::pin(tokio::time::sleep_until(
+        now + shared.options.header_read_timeout,
+    ));
+    let mut connection = Connection {
+        stream,
+        fd,
+        input: BytesMut::new(),
+        output: BytesMut::new(),
+        shared,
+        stop,
+        stop_signal: Box::pin(async move {
+            // Also done when the server is gone (sender dropped).
+            let _ = signal.wait_for(|stopping| *stopping).await;
+        }),
+        timer,
+        stopping_since: stopping.then_some(now),
+        served: 0,
+        accepted: now,
+        logging: access_log::enabled(),
+    };
+    connection.run().await;
+}
+
+/// One connection. The senders (`send`) are its other `impl` block.
+pub(super) struct Connection {
+    pub(super) stream: TcpStream,
+    pub(super) fd: RawFd,
+    input: BytesMut,
+    /// Answers (heads and small bodies) waiting to be written together.
+    pub(super) output: BytesMut,
+    pub(super) shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+    /// Completes when the server stops. Kept across waits, so it registers once.
+    stop_signal: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The connection's one timer, re-armed lazily: only when a wait needs an earlier
+    /// deadline, or when it fires before the current wait's deadline. Most requests then
+    /// touch no timer at all.
+    timer: Pin<Box<tokio::time::Sleep>>,
+    stopping_since: Option<Instant>,
+    served: u64,
+    accepted: Instant,
+    /// Whether access-log lines are written (checked once per connection).
+    logging: bool,
+}
+
+/// What a wait for input is for, and so which clock bounds it.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    /// The first request's head (or its rest), counted from accept.
+    FirstHead,
+    /// The rest of a later head whose first byte came at this instant.
+    Head(Instant),
+    /// A request body whose head ended at this instant.
+    Body(Instant),
+    /// A keep-alive connection between requests.
+    Idle,
+}
+
+/// How an exchange left the connection.
+pub(super) enum After {
+    /// Ready for the next request.
+    KeepAlive,
+    /// Close it cleanly (the answer said `connection: close`).
+    Close,
+    /// The answer could not be completed; close without further ado.
+    Abort,
+}
+
+impl Connection {
+    async fn run(&mut self) {
+        let logging = self.logging;
+        let mut head_started: Option<Instant> = None;
+        loop {
+            let tracks = &self.shared.app.tracks;
+            let parsed = head::parse_head(&self.input, self.shared.limits, logging, |path| {
+                tracks.id(path)
+            });
+            let head = match parsed {
+                Ok(Some(head)) => head,
+                Ok(None) => {
+                    // Pipelined answers wait in `output` until no request is left to read.
+                    if self.flush().await.is_err() {
+                        return;
+                    }
+                    let wait = if self.served == 0 {
+                        Wait::FirstHead
+                    } else if self.input.is_empty() {
+                        Wait::Idle
+                    } else {
+                        Wait::Head(*head_started.get_or_insert_with(Instant::now))
+                    };
+                    if !self.read_more(wait).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(refusal) => {
+                    // The method may still be readable: a refused HEAD gets no body either.
+                    let start = self.input.iter().position(|b| !b"\r\n".contains(b));
+                    let is_head = start.is_some_and(|at| self.input[at..].starts_with(b"HEAD "));
+                    Box::pin(self.refuse(refusal, is_head)).await;
+                    return;
+                }
+            };
+            self.input.advance(head.len);
+            head_started = None;
+            if let Some(body) = BodyReader::new(head.body) {
+                match self.read_body(body, head.expect_continue).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(refusal) => {
+                        Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
+                        return;
+                    }
+                }
+            }
+            // Boxed (as is `refuse`): an exchange's future is a kilobyte and more, held only
+            // while it runs instead of by every waiting connection.
+            match Box::pin(self.exchange(head)).await {
+                After::KeepAlive => {}
+                After::Close => {
+                    if self.flush().await.is_ok() {
+                        self.linger().await;
+                    }
+                    return;
+                }
+                After::Abort => return,
+            }
+            self.served += 1;
+            if self.input.is_empty() {
+                // An idle keep-alive connection holds no buffer (thousands of them wait
+                // for every one that is busy); the next request allocates afresh.
+                self.input = BytesMut::new();
+            }
+        }
+    }
+
+    fn stopping(&mut self) -> bool {
+        // `has_changed` is one atomic load; the only change ever sent is "stop".
+        if self.stopping_since.is_none() && self.stop.has_changed().unwrap_or(true) {
+            self.stopping_since = Some(Instant::now());
+        }
+        self.stopping_since.is_some()
+    }
+
+    /// Reads a request body to its end, dropping it. `Ok(false)`: the connection is done
+    /// (closed, timed out); `Err`: the body cannot be framed, refuse.
+    async fn read_body(
+        &mut self,
+        mut body: BodyReader,
+        expect_continue: bool,
+    ) -> Result<bool, HeadError> {
+        let started = Instant::now();
+        let mut asked = false;
+        loop {
+            if body.consume(&mut self.input)? {
+                return Ok(true);
+            }
+            if expect_continue && !asked {
+                // RFC 9110 §10.1.1: the client waits for this before it sends the body.
+                // Earlier pipelined answers go first, in order.
+                asked = true;
+                self.output.extend_from_slice(CONTINUE);
+                if self.flush().await.is_err() {
+                    return Ok(false);
+                }
+            }
+            if !self.read_more(Wait::Body(started)).await {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Waits for more request bytes. `false`: the connection is done (closed by the
+    /// client, timed out, or idle while the server stops).
+    async fn read_more(&mut self, wait: Wait) -> bool {
+        // Every clock runs from a fixed instant (accept, the head's first byte, the body's
+        // start, this wait's start), not from each wake-up: a connection woken by the lazy
+        // timer must not extend its own time.
+        let waiting_since = Instant::now();
+        loop {
+            let options = &self.shared.options;
+            let mut deadline = match wait {
+                Wait::FirstHead => self.accepted + options.header_read_timeout,
+                Wait::Head(started) => started + options.header_read_timeout,
+                Wait::Body(started) => started + options.body_read_timeout,
+                Wait::Idle => waiting_since + options.idle_timeout,
+            };
+            let stopping = self.stopping();
+            if let Some(since) = self.stopping_since {
+                if matches!(wait, Wait::Idle) {
+                    return false;
+                }
+                deadline = deadline.min(since + FIRST_REQUEST_GRACE);
+            }
+            if self.timer.deadline() > deadline {
+                self.timer.as_mut().reset(deadline);
+            }
+            // Waiting before reserving: an idle connection holds no read buffer.
+            tokio::select! {
+                biased;
+                ready = self.stream.readable() => {
+                    if ready.is_err() {
+                        return false;
+                    }
+                }
+                () = self.timer.as_mut() => {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    self.timer.as_mut().reset(deadline);
+                    continue;
+                }
+                () = self.stop_signal.as_mut(), if !stopping => {
+                    self.stopping_since.get_or_insert_with(Instant::now);
+                    continue;
+                }
+            }
+            if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
+                self.input.reserve(READ_CHUNK);
+            }
+            match self.stream.try_read_buf(&mut self.input) {
+                Ok(0) => return false,
+                Ok(_) => return true,
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Answers one request.
+    async fn exchange(&mut self, head: RequestHead) -> After {
+        // The clock is read only for the access log's latency field.
+        let started = self.logging.then(std::time::Instant::now);
+        let shared = Arc::clone(&self.shared);
+        let metrics = &shared.app.state.metrics;
+        metrics.response_started();
+        let keep_alive = head.keep_alive && !self.stopping();
+        let is_head = head.method == Method::HEAD;
+        let request_id = RequestId::given_or_next(head.request_id);
+        let Dispatched {
+            route,
+            outcome,
+            answer,
+        } = dispatch::dispatch(&shared.app, head.method.clone(), head.version, head.target).await;
+        let status = answer.status;
+        let sent = self
+            .respond(answer, is_head, keep_alive, head.version, &request_id)
+            .await;
+        let (bytes, complete, after) = match sent {
+            Ok((bytes, true)) => (bytes, true, After::KeepAlive),
+            Ok((bytes, false)) => (bytes, true, After::Close),
+            Err(bytes) => (bytes, false, After::Abort),
+        };
+        access_log::finish(
+            metrics,
+            Finished {
+                route,
+                status: status.as_u16(),
+                bytes,
+                cache: outcome,
+                complete,
+                method: &head.method,
+                path: &head.log_path,
+                request_id: &request_id,
+                started,
+            },
+        );
+        after
+    }
+
+    /// Answers a request that cannot be served, then closes (staged).
+    async fn refuse(&mut self, refusal: HeadError, is_head: bool) {
+        let started = self.logging.then(std::time::Instant::now);
+        let metrics = Arc::clone(&self.shared.app.state.metrics);
+        metrics.response_started();
+        let request_id = RequestId::next();
+        let answer = Answer::json_error(refusal.status(), &refusal.to_string());
+        let status = answer.status;
+        let sent = self
+            .respond(answer, is_head, false, Version::HTTP_11, &request_id)
+            .await;
+        let bytes = match sent {
+            Ok((bytes, _)) | Err(bytes) => bytes,
+        };
+        let flushed = self.flush().await.is_ok();
+        access_log::finish(
+            &metrics,
+            Finished {
+                route: Route::Other,
+                status: status.as_u16(),
+                bytes,
+                cache: CacheOutcome::None,
+                complete: flushed,
+                method: &Method::GET,
+                path: "",
+                request_id: &request_id,
+                started,
+            },
+        );
+        if flushed {
+            self.linger().await;
+        }
+    }
+
+    /// Half-closes and reads what the client still sends, briefly: closing a socket with
+    /// unread input makes the kernel send a reset, which can destroy the answer before the
+    /// client has read it.
+    async fn linger(&mut self) {
+        let _ = self.stream.shutdown().await;
+        let deadline = Instant::now() + LINGER;
+        let mut drained = 0usize;
+        while drained < LINGER_BYTES {
+            let read = tokio::time::timeout_at(deadline, self.stream.readable()).await;
+            if !matches!(read, Ok(Ok(()))) {
+                return;
+            }
+            // The input buffer, not an array: a buffer held across an await would sit in
+            // every connection's future.
+            self.input.clear();
+            self.input.reserve(READ_CHUNK);
+            match self.stream.try_read_buf(&mut self.input) {
+                Ok(0) => return,
+                Ok(n) => drained += n,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,730 @@
+//! Request heads: one request line and header section out of the connection's buffer.
+//!
+//! [`parse_head`] reads one head with `httparse` (a zero-copy, fuzzed parser) and keeps only
+//! what the server acts on: the method, the target, the body framing (`Content-Length`,
+//! `Transfer-Encoding`), `Connection`, `Expect`, the proxy's request id and, for the track
+//! route, the six headers [`FileRequest`] needs. Other routes get a full `HeaderMap`, since
+//! they go through the axum router. Size limits (URL, head) are enforced here, before
+//! anything is allocated for the request.
+//!
+//! The RFC 9112 rules a server MUST apply to a head are decided here, each refusal a
+//! [`HeadError`] with its status:
+//! * Host (§3.2): an HTTP/1.1 request without Host, any request with two, or with an
+//!   invalid value, is a 400;
+//! * the target (§3.2): origin form, absolute form (its path is used, its host ignored),
+//!   `*` for OPTIONS, anything for CONNECT (answered 501); anything else is a 400;
+//! * framing (§6): one `Content-Length` (repeats must agree), or `Transfer-Encoding` whose
+//!   one coding is `chunked`; both together, a coding after `chunked`, `chunked` twice,
+//!   or any coding in HTTP/1.0 is a 400, other codings before `chunked` a 501;
+//! * `Expect` (RFC 9110 §10.1.1): `100-continue` is honoured, any other expectation 417.
+//!
+//! Every refusal closes the connection: after it, the server can no longer be sure where
+//! the next request would start.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
+
+use crate::http::file::request::FileRequest;
+
+/// Most header lines a request may have.
+pub const MAX_HEADERS: usize = 100;
+
+/// Largest request body read (and discarded): GET and HEAD carry none in practice.
+pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
+
+/// Size limits of a request head.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    /// Longest request target (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Largest head, request line included (431 beyond).
+    pub max_header_bytes: usize,
+}
+
+/// Why a request head is refused. Every one of these closes the connection.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// The request line or a header is not HTTP.
+    #[error("malformed request")]
+    Malformed,
+    /// The request target is neither origin nor absolute form (nor `*` for OPTIONS).
+    #[error("invalid request target")]
+    Target,
+    /// No Host in an HTTP/1.1 request, several, or an invalid one.
+    #[error("a request needs exactly one valid Host header")]
+    Host,
+    /// The request target is longer than allowed.
+    #[error("URL too long")]
+    UriTooLong,
+    /// The head is larger than allowed, or has too many lines.
+    #[error("request headers too large")]
+    TooLarge,
+    /// The body's length cannot be known for sure.
+    #[error("request body framing is invalid")]
+    BodyFraming,
+    /// A transfer coding other than chunked.
+    #[error("transfer coding not implemented")]
+    UnknownCoding,
+    /// A body larger than the server reads.
+    #[error("request body too large")]
+    BodyTooLarge,
+    /// An expectation other than `100-continue`.
+    #[error("expectation not supported")]
+    Expectation,
+    /// Not HTTP/1.0 or HTTP/1.1.
+    #[error("HTTP version not supported")]
+    Version,
+}
+
+impl HeadError {
+    /// The status this refusal is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            HeadError::Malformed | HeadError::Target | HeadError::Host | HeadError::BodyFraming => {
+                StatusCode::BAD_REQUEST
+            }
+            HeadError::UriTooLong => StatusCode::URI_TOO_LONG,
+            HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            HeadError::UnknownCoding => StatusCode::NOT_IMPLEMENTED,
+            HeadError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            HeadError::Expectation => StatusCode::EXPECTATION_FAILED,
+            HeadError::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+        }
+    }
+}
+
+/// How the request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body.
+    None,
+    /// `Content-Length` bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// What the request asks for.
+#[derive(Debug)]
+pub enum Target {
+    /// `{prefix}/{id}[/{name}]`: served without the router.
+    Track {
+        /// The id segment, percent-decoded.
+        id: String,
+        /// The headers the file server looks at.
+        request: FileRequest,
+    },
+    /// Anything else, for the axum router.
+    Other {
+        /// The request target in origin form (or `*`).
+        uri: Uri,
+        /// Every header.
+        headers: HeaderMap,
+    },
+}
+
+/// One parsed request head.
+#[derive(Debug)]
+pub struct RequestHead {
+    /// The method.
+    pub method: Method,
+    /// HTTP/1.0 or HTTP/1.1.
+    pub version: Version,
+    /// Whether the client keeps the connection open after this exchange.
+    pub keep_alive: bool,
+    /// How the body that follows the head is delimited (it is read and discarded).
+    pub body: BodyFraming,
+    /// The client waits for `100 Continue` before it sends the body.
+    pub expect_continue: bool,
+    /// `X-Request-Id` from a proxy, when short and plain.
+    pub request_id: Option<String>,
+    /// The path (without query), for the access log; empty unless asked for.
+    pub log_path: String,
+    /// Routed target.
+    pub target: Target,
+    /// Bytes of the buffer the head took.
+    pub len: usize,
+}
+
+/// Reads a request head from the start of `buf`. `Ok(None)`: not complete yet.
+///
+/// `track_id` recognises the track route: given the path (origin form, no query), it
+/// returns the decoded id segment.
+pub fn parse_head(
+    buf: &[u8],
+    limits: HeadLimits,
+    log_path: bool,
+    track_id: impl Fn(&str) -> Option<String>,
+) -> Result<Option<RequestHead>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            // A partial request line already over the URL limit will not get shorter.
+            if buf.len() > limits.max_header_bytes {
+                return Err(HeadError::TooLarge);
+            }
+            if request.path.is_none()
+                && !buf.contains(&b'\n')
+                && buf.len() > limits.max_uri_bytes + 32
+            {
+                return Err(HeadError::UriTooLong);
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(_) => return Err(HeadError::Malformed),
+    };
+    let (Some(method), Some(target), Some(minor)) = (request.method, request.path, request.version)
+    else {
+        return Err(HeadError::Malformed);
+    };
+    if target.len() > limits.max_uri_bytes {
+        return Err(HeadError::UriTooLong);
+    }
+    if len > limits.max_header_bytes {
+        return Err(HeadError::TooLarge);
+    }
+    let version = match minor {
+        0 => Version::HTTP_10,
+        1 => Version::HTTP_11,
+        _ => return Err(HeadError::Version),
+    };
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| HeadError::Malformed)?;
+    let headers = &*request.headers;
+    let fields = Fields::read(headers, version)?;
+    let keep_alive = match version {
+        Version::HTTP_10 => fields.keep && !fields.close,
+        _ => !fields.close,
+    };
+
+    let origin = if method == Method::CONNECT {
+        // Answered 501 whatever its (authority-form) target says.
+        "/"
+    } else {
+        origin_form(target, &method)?
+    };
+    let path = origin.split_once('?').map_or(origin, |(path, _)| path);
+    let log_path = if log_path {
+        path.chars().take(256).collect()
+    } else {
+        String::new()
+    };
+    let target = match track_id(path) {
+        Some(id) => Target::Track {
+            id,
+            request: file_request(&method, headers),
+        },
+        None => {
+            let uri = Uri::try_from(origin).map_err(|_| HeadError::Target)?;
+            let mut map = HeaderMap::with_capacity(headers.len());
+            for header in headers {
+                let name = HeaderName::from_bytes(header.name.as_bytes())
+                    .map_err(|_| HeadError::Malformed)?;
+                let value =
+                    HeaderValue::from_bytes(header.value).map_err(|_| HeadError::Malformed)?;
+                map.append(name, value);
+            }
+            Target::Other { uri, headers: map }
+        }
+    };
+    Ok(Some(RequestHead {
+        method,
+        version,
+        keep_alive,
+        body: fields.body,
+        expect_continue: fields.expect_continue,
+        request_id: fields.request_id,
+        log_path,
+        target,
+        len,
+    }))
+}
+
+/// The header fields that decide framing, persistence and validity.
+struct Fields {
+    close: bool,
+    keep: bool,
+    body: BodyFraming,
+    expect_continue: bool,
+    request_id: Option<String>,
+}
+
+impl Fields {
+    fn read(headers: &[httparse::Header<'_>], version: Version) -> Result<Fields, HeadError> {
+        let mut close = false;
+        let mut keep = false;
+        let mut content_length: Option<u64> = None;
+        let mut codings = Codings::default();
+        let mut expect_continue = false;
+        let mut hosts = 0usize;
+        let mut request_id = None;
+        for header in headers {
+            let name = header.name;
+            let value = header.value;
+            if name.eq_ignore_ascii_case("host") {
+                hosts += 1;
+                if !valid_host(value.trim_ascii()) {
+                    return Err(HeadError::Host);
+                }
+            } else if name.eq_ignore_ascii_case("connection") {
+                for token in value.split(|b| *b == b',') {
+                    let token = token.trim_ascii();
+                    close |= token.eq_ignore_ascii_case(b"close");
+                    keep |= token.eq_ignore_ascii_case(b"keep-alive");
+                }
+            } else if name.eq_ignore_ascii_case("content-length") {
+                let length = std::str::from_utf8(value.trim_ascii())
+                    .ok()
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or(HeadError::BodyFraming)?;
+                if content_length.is_some_and(|seen| seen != length) {
+                    return Err(HeadError::BodyFraming);
+                }
+                content_length = Some(length);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                codings.add(value)?;
+            } else if name.eq_ignore_ascii_case("expect") {
+                for token in value.split(|b| *b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"100-continue") {
+                        expect_continue = true;
+                    } else if !token.is_empty() {
+                        return Err(HeadError::Expectation);
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("x-request-id") {
+                request_id = plain_request_id(value);
+            }
+        }
+        if hosts > 1 || (hosts == 0 && version == Version::HTTP_11) {
+            return Err(HeadError::Host);
+        }
+        let body = match (codings.seen, content_length) {
+            (false, None | Some(0)) => BodyFraming::None,
+            (false, Some(length)) if length > MAX_DISCARDED_BODY => {
+                return Err(HeadError::BodyTooLarge);
+            }
+            (false, Some(length)) => BodyFraming::Length(length),
+            // Both framings at once is how request smuggling through a proxy starts, and
+            // HTTP/1.0 has no transfer codings: neither can be framed with confidence.
+            (true, Some(_)) => return Err(HeadError::BodyFraming),
+            (true, None) if version == Version::HTTP_10 => return Err(HeadError::BodyFraming),
+            (true, None) => codings.framing()?,
+        };
+        Ok(Fields {
+            close,
+            keep,
+            body,
+            // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored.
+            expect_continue: expect_continue
+                && version == Version::HTTP_11
+                && body != BodyFraming::None,
+            request_id,
+        })
+    }
+}
+
+/// The transfer codings of a request, across all its `Transfer-Encoding` lines.
+#[derive(Default)]
+struct Codings {
+    seen: bool,
+    chunked: usize,
+    last_is_chunked: bool,
+    unknown: bool,
+}
+
+impl Codings {
+    fn add(&mut self, value: &[u8]) -> Result<(), HeadError> {
+        self.seen = true;
+        for coding in value.split(|b| *b == b',') {
+            let coding = coding.trim_ascii();
+            // Strict on purpose: empty elements, parameters and odd bytes are what
+            // obfuscated codings that two parsers read differently look like.
+            if coding.is_empty() || !coding.iter().all(|b| is_tchar(*b)) {
+                return Err(HeadError::BodyFraming);
+            }
+            self.last_is_chunked = coding.eq_ignore_ascii_case(b"chunked");
+            if self.last_is_chunked {
+                self.chunked += 1;
+            } else {
+                self.unknown = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn framing(&self) -> Result<BodyFraming, HeadError> {
+        // RFC 9112 §6.3: chunked not last (or twice) leaves the length unknowable: 400.
+        if !self.last_is_chunked || self.chunked != 1 {
+            return Err(HeadError::BodyFraming);
+        }
+        // §6.1: a coding the server does not understand: 501.
+        if self.unknown {
+            return Err(HeadError::UnknownCoding);
+        }
+        Ok(BodyFraming::Chunked)
+    }
+}
+
+/// RFC 9110 §5.6.2 token characters.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// The origin form of a request target: as it is, or the path and query of an absolute
+/// form (RFC 9112 §3.2.2: a server MUST accept it; its host is not ours to check), or `*`
+/// for OPTIONS.
+fn origin_form<'t>(target: &'t str, method: &Method) -> Result<&'t str, HeadError> {
+    if target.starts_with('/') {
+        return Ok(target);
+    }
+    if target == "*" {
+        return if method == Method::OPTIONS {
+            Ok(target)
+        } else {
+            Err(HeadError::Target)
+        };
+    }
+    let scheme_end = target.find("://").ok_or(HeadError::Target)?;
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return Err(HeadError::Target);
+    }
+    let rest = &target[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    // RFC 9110 §4.2.4: userinfo in an http(s) URI is to be treated as an error.
+    if authority.is_empty() || !valid_host(authority.as_bytes()) {
+        return Err(HeadError::Target);
+    }
+    match &rest[authority_end..] {
+        "" => Ok("/"),
+        path if path.starts_with('/') => Ok(path),
+        // `http://host?query`: the path is empty, which means `/`; the query only mattered
+        // to a route that takes one, and none does.
+        _ => Ok("/"),
+    }
+}
+
+/// RFC 9112 §3.2 / RFC 3986 §3.2.2: `uri-host [ ":" port ]`, or empty.
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if let Some(literal) = value.strip_prefix(b"[") {
+        let Some(close) = literal.iter().position(|b| *b == b']') else {
+            return false;
+        };
+        let inside = &literal[..close];
+        if inside.is_empty()
+            || !inside
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() || b":.".contains(b))
+        {
+            return false;
+        }
+        match &literal[close + 1..] {
+            [] => return true,
+            [b':', port @ ..] => (&b""[..], port),
+            _ => return false,
+        }
+    } else {
+        match value.iter().position(|b| *b == b':') {
+            Some(colon) => (&value[..colon], &value[colon + 1..]),
+            None => (value, &b""[..]),
+        }
+    };
+    let reg_name = host
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b));
+    reg_name && port.iter().all(u8::is_ascii_digit)
+}
+
+/// The headers of a track request the file server evaluates.
+fn file_request(method: &Method, headers: &[httparse::Header<'_>]) -> FileRequest {
+    let mut request = FileRequest {
+        head: method == Method::HEAD,
+        ..FileRequest::default()
+    };
+    for header in headers {
+        let slot = match header.name.len() {
+            5 if header.name.eq_ignore_ascii_case("range") => &mut request.range,
+            8 if header.name.eq_ignore_ascii_case("if-match") => &mut request.if_match,
+            8 if header.name.eq_ignore_ascii_case("if-range") => &mut request.if_range,
+            13 if header.name.eq_ignore_ascii_case("if-none-match") => &mut request.if_none_match,
+            17 if header.name.eq_ignore_ascii_case("if-modified-since") => {
+                &mut request.if_modified_since
+            }
+            19 if header.name.eq_ignore_ascii_case("if-unmodified-since") => {
+                &mut request.if_unmodified_since
+            }
+            _ => continue,
+        };
+        // Like `HeaderValue::to_str`: a value that is not visible ASCII is ignored.
+        if let Ok(text) = std::str::from_utf8(header.value)
+            && text
+                .bytes()
+                .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+            && slot.is_none()
+        {
+            *slot = Some(text.to_string());
+        }
+    }
+    request
+}
+
+/// A proxy's request id is kept so one request can be followed through nginx/varnish and
+/// musicd, but only if it is short and plain (it goes into our logs and headers).
+fn plain_request_id(value: &[u8]) -> Option<String> {
+    let plain = !value.is_empty()
+        && value.len() <= 64
+        && value
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b));
+    plain
+        .then(|| std::str::from_utf8(value).ok().map(str::to_string))
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: HeadLimits = HeadLimits {
+        max_uri_bytes: 64,
+        max_header_bytes: 512,
+    };
+
+    fn track(path: &str) -> Option<String> {
+        path.strip_prefix("/t/").map(str::to_string)
+    }
+
+    fn parse(text: &str) -> Result<Option<RequestHead>, HeadError> {
+        parse_head(text.as_bytes(), LIMITS, true, track)
+    }
+
+    fn complete(text: &str) -> RequestHead {
+        parse(text).expect("valid").expect("complete")
+    }
+
+    #[test]
+    fn a_track_request_keeps_only_what_the_file_server_needs() {
+        let head = complete(
+            "GET /t/abc?x=1 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1\r\nIf-None-Match: \"e\"\r\n\
+X-Request-Id: req-1\r\n\r\nGET /next",
+        );
+        assert!(head.keep_alive);
+        assert_eq!(head.request_id.as_deref(), Some("req-1"));
+        assert_eq!(head.log_path, "/t/abc");
+        let Target::Track { id, request } = head.target else {
+            panic!("not the track route");
+        };
+        assert_eq!(id, "abc");
+        assert_eq!(request.range.as_deref(), Some("bytes=0-1"));
+        assert_eq!(request.if_none_match.as_deref(), Some("\"e\""));
+        assert!(!request.head);
+        assert_eq!(head.len, 95, "the head ends before the next request");
+    }
+
+    #[test]
+    fn other_routes_get_every_header() {
+        let head = complete("GET /healthz HTTP/1.1\r\nHost: h\r\nA: 1\r\nA: 2\r\n\r\n");
+        let Target::Other { headers, .. } = head.target else {
+            panic!("routed as a track");
+        };
+        assert_eq!(headers.get_all("a").iter().count(), 2);
+    }
+
+    #[test]
+    fn absolute_form_targets_route_by_their_path() {
+        let head = complete("GET http://elsewhere:81/t/abc?x HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert_eq!(head.log_path, "/t/abc");
+        assert!(matches!(head.target, Target::Track { ref id, .. } if id == "abc"));
+        let head = complete("GET HTTPS://h HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert!(matches!(head.target, Target::Other { ref uri, .. } if uri.path() == "/"));
+        for bad in [
+            "GET ftp://h/t/abc HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET http:///t/abc HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET http://u@h/t/abc HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET h:80 HTTP/1.1\r\nHost: h\r\n\r\n",
+            "GET * HTTP/1.1\r\nHost: h\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad).err(), Some(HeadError::Target), "{bad}");
+        }
+        assert!(parse("OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").is_ok());
+        assert!(parse("CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n").is_ok());
+    }
+
+    #[test]
+    fn host_is_required_once_and_valid() {
+        for good in [
+            "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost:\r\n\r\n",
+            "GET / HTTP/1.0\r\n\r\n",
+        ] {
+            assert!(parse(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: [zz]\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad).err(), Some(HeadError::Host), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_the_connection_header() {
+        let keep = |text: &str| complete(text).keep_alive;
+        assert!(keep("GET / HTTP/1.1\r\nHost: h\r\n\r\n"));
+        assert!(!keep(
+            "GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n"
+        ));
+        assert!(!keep("GET / HTTP/1.0\r\n\r\n"));
+        assert!(keep("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+        assert!(!keep(
+            "GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn incomplete_heads_wait_and_oversized_ones_are_refused() {
+        assert!(
+            parse("GET /t/abc HTTP/1.1\r\nHost:")
+                .expect("valid")
+                .is_none()
+        );
+        let long_url = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(100));
+        assert_eq!(parse(&long_url).err(), Some(HeadError::UriTooLong));
+        let long_line = format!("GET /{}", "a".repeat(200));
+        assert_eq!(parse(&long_line).err(), Some(HeadError::UriTooLong));
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "p".repeat(600));
+        assert_eq!(parse(&big).err(), Some(HeadError::TooLarge));
+        let partial_big = format!("GET / HTTP/1.1\r\nX: {}", "p".repeat(600));
+        assert_eq!(parse(&partial_big).err(), Some(HeadError::TooLarge));
+        let many = format!(
+            "GET / HTTP/1.1\r\n{}\r\n",
+            "A: 1\r\n".repeat(MAX_HEADERS + 1)
+        );
+        let limits = HeadLimits {
+            max_header_bytes: 4096,
+            ..LIMITS
+        };
+        assert_eq!(
+            parse_head(many.as_bytes(), limits, false, track).err(),
+            Some(HeadError::TooLarge)
+        );
+        assert_eq!(
+            parse("GET / HTTP/2.0\r\n\r\n").err(),
+            Some(HeadError::Version)
+        );
+    }
+
+    #[test]
+    fn bodies_are_framed_by_one_length_or_by_chunked_alone() {
+        let body = |text: &str| parse(text).map(|h| h.expect("complete").body);
+        let h = "GET / HTTP/1.1\r\nHost: h\r\n";
+        assert_eq!(body(&format!("{h}\r\n")), Ok(BodyFraming::None));
+        assert_eq!(
+            body(&format!("{h}Content-Length: 0\r\n\r\n")),
+            Ok(BodyFraming::None)
+        );
+        assert_eq!(
+            body(&format!("{h}Content-Length: 5\r\n\r\n")),
+            Ok(BodyFraming::Length(5))
+        );
+        assert_eq!(
+            body(&format!(
+                "{h}Content-Length: 5\r\nContent-Length: 5\r\n\r\n"
+            )),
+            Ok(BodyFraming::Length(5))
+        );
+        assert_eq!(
+            body(&format!("{h}Transfer-Encoding: Chunked\r\n\r\n")),
+            Ok(BodyFraming::Chunked)
+        );
+        for bad in [
+            "Content-Length: 5\r\nContent-Length: 6\r\n",
+            "Content-Length: -1\r\n",
+            "Content-Length: 5, 5\r\n",
+            "Content-Length: +5\r\n",
+            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+            "Transfer-Encoding: chunked, chunked\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked, gzip\r\n",
+            "Transfer-Encoding: xchunked\r\n",
+            "Transfer-Encoding: chunked,\r\n",
+            "Transfer-Encoding: ,chunked\r\n",
+            "Transfer-Encoding: chunked;q=1\r\n",
+            "Transfer-Encoding: \"chunked\"\r\n",
+            "Transfer-Encoding: identity\r\n",
+        ] {
+            assert_eq!(
+                body(&format!("{h}{bad}\r\n")),
+                Err(HeadError::BodyFraming),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            body("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            Err(HeadError::BodyFraming)
+        );
+        assert_eq!(
+            body(&format!("{h}Transfer-Encoding: gzip, chunked\r\n\r\n")),
+            Err(HeadError::UnknownCoding)
+        );
+        assert_eq!(
+            body(&format!("{h}Content-Length: 9999999\r\n\r\n")),
+            Err(HeadError::BodyTooLarge)
+        );
+        assert_eq!(
+            parse("GET / HTTP/1.1\r\nBad Header: x\r\n\r\n").err(),
+            Some(HeadError::Malformed)
+        );
+    }
+
+    #[test]
+    fn only_100_continue_is_expected_and_only_with_a_body_in_http_11() {
+        let expect = |text: &str| parse(text).map(|h| h.expect("complete").expect_continue);
+        let h = "GET / HTTP/1.1\r\nHost: h\r\n";
+        assert_eq!(
+            expect(&format!(
+                "{h}Expect: 100-Continue\r\nContent-Length: 3\r\n\r\n"
+            )),
+            Ok(true)
+        );
+        assert_eq!(
+            expect(&format!("{h}Expect: 100-continue\r\n\r\n")),
+            Ok(false)
+        );
+        assert_eq!(
+            expect("GET / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n"),
+            Ok(false)
+        );
+        assert_eq!(
+            expect(&format!("{h}Expect: 200-ok\r\n\r\n")),
+            Err(HeadError::Expectation)
+        );
+    }
+
+    #[test]
+    fn unsafe_request_ids_are_replaced() {
+        let id = |value: &str| {
+            complete(&format!(
+                "GET / HTTP/1.1\r\nHost: h\r\nX-Request-Id: {value}\r\n\r\n"
+            ))
+            .request_id
+        };
+        assert_eq!(id("abc-1.2:3_x").as_deref(), Some("abc-1.2:3_x"));
+        assert_eq!(id("a b"), None);
+        assert_eq!(id(&"a".repeat(65)), None);
+    }
+}

@@ -1,0 +1,354 @@
+//! Sending answers: the head (framed by [`super::framing`]) and the body, from memory, from
+//! an open file with `sendfile(2)` or copied, or from the router's body stream.
+//!
+//! Small answers cost one `write`: the head is formatted into the connection's output
+//! buffer and leaves with the body in one `writev`; pipelined answers leave together.
+//! Large file bodies go out with `sendfile` after the head is sent with `MSG_MORE` (nginx's
+//! `sendfile` plus `tcp_nopush`). `sendfile` runs on the event loop, like nginx without
+//! `aio`: a file not in the page cache makes the loop wait for the disk.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Version;
+use bytes::{BufMut, Bytes};
+use http_body_util::BodyExt;
+use tokio::io::Interest;
+
+use super::conn::Connection;
+use super::framing::{self, Framing, ResponseHead};
+use super::request_id::RequestId;
+use super::zerocopy;
+use crate::http::answer::{Answer, Payload, Segment};
+use crate::http::file::identity::Identity;
+
+/// Answers (heads and small bodies) are collected up to this size before a write.
+const OUTPUT_COALESCE: usize = 64 * 1024;
+
+/// Bytes read per step when a file body is copied rather than sent with `sendfile`.
+const COPY_CHUNK: usize = 256 * 1024;
+
+/// Why a file body could not be sent to the end.
+enum FileSendError {
+    /// The file changed, shrank or could not be read: worth a warning.
+    File(io::Error),
+    /// The client went away or stopped reading: routine.
+    Client(io::Error),
+}
+
+impl Connection {
+    /// Sends a response. `Ok((body bytes, keep the connection))`, or `Err(body bytes
+    /// sent)` when the transfer failed part-way and the connection must be dropped.
+    pub(super) async fn respond(
+        &mut self,
+        answer: Answer,
+        head: bool,
+        keep_alive: bool,
+        version: Version,
+        request_id: &RequestId,
+    ) -> Result<(u64, bool), u64> {
+        let Answer {
+            status,
+            lines,
+            headers,
+            payload,
+            declared_len,
+        } = answer;
+        let len = if head {
+            declared_len.or_else(|| payload.exact_len())
+        } else {
+            payload.exact_len()
+        };
+        let decision = framing::decide(status, head, len, version, keep_alive);
+        framing::write_head(
+            &mut self.output,
+            &ResponseHead {
+                status,
+                lines: &lines,
+                headers: &headers,
+                decision,
+                version,
+                request_id,
+            },
+        );
+        if !decision.send_body {
+            return Ok((0, decision.keep_alive));
+        }
+        let sent = match payload {
+            Payload::Empty => Ok(0),
+            Payload::Bytes(bytes) => self.send_bytes(bytes).await,
+            Payload::File {
+                file,
+                segments,
+                opened,
+            } => self.send_file(&file, segments, opened).await,
+            Payload::Body(body) => {
+                self.send_body(body, decision.framing == Framing::Chunked)
+                    .await
+            }
+        };
+        sent.map(|bytes| (bytes, decision.keep_alive))
+    }
+
+    /// Sends `output` now, whatever it holds.
+    pub(super) async fn flush(&mut self) -> io::Result<()> {
+        if self.output.is_empty() {
+            return Ok(());
+        }
+        let output = std::mem::take(&mut self.output);
+        // Once written the buffer is dropped, not kept: `flush` runs before the connection
+        // waits for its next request, and a waiting connection should hold nothing.
+        self.send_all(&output, false).await
+    }
+
+    async fn send_bytes(&mut self, bytes: Bytes) -> Result<u64, u64> {
+        let len = bytes.len() as u64;
+        // Tiny bodies join the head; larger ones go out with it in one vectored write.
+        if bytes.len() <= 1024 && self.output.len() + bytes.len() <= OUTPUT_COALESCE {
+            self.output.put_slice(&bytes);
+            return Ok(len);
+        }
+        let result = self.write_head_and(&bytes).await;
+        result.map(|()| len).map_err(|_| 0)
+    }
+
+    /// Writes `output` and then `body` with vectored writes, without copying the body.
+    async fn write_head_and(&mut self, body: &[u8]) -> io::Result<()> {
+        let output = std::mem::take(&mut self.output);
+        let mut head = &output[..];
+        let mut rest = body;
+        while !head.is_empty() || !rest.is_empty() {
+            let slices = [io::IoSlice::new(head), io::IoSlice::new(rest)];
+            match self.stream.try_write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut n) => {
+                    let from_head = n.min(head.len());
+                    head = &head[from_head..];
+                    n -= from_head;
+                    rest = &rest[n..];
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    /// The head (with `MSG_MORE`, so it shares the first packet with the body), then every
+    /// segment: file slices with `sendfile` (or copied, without `zero_copy`), part headers
+    /// from memory. A file found changed since it was opened aborts the transfer.
+    async fn send_file(
+        &mut self,
+        file: &File,
+        segments: Vec<Segment>,
+        opened: Identity,
+    ) -> Result<u64, u64> {
+        let zero_copy = self.shared.app.state.files.zero_copy;
+        let mut sent = 0u64;
+        let output = std::mem::take(&mut self.output);
+        let head = self.send_all(&output, true).await;
+        head.map_err(|_| 0u64)?;
+        for segment in segments {
+            let result = match segment {
+                Segment::Bytes(bytes) => {
+                    let written = self.send_all(&bytes, true).await;
+                    sent += if written.is_ok() {
+                        bytes.len() as u64
+                    } else {
+                        0
+                    };
+                    written.map_err(FileSendError::Client)
+                }
+                Segment::File { offset, len } if zero_copy => {
+                    self.send_file_slice(file, offset, len, &mut sent).await
+                }
+                Segment::File { offset, len } => {
+                    self.copy_file_slice(file, opened, offset, len, &mut sent)
+                        .await
+                }
+            };
+            match result {
+                Ok(()) => {}
+                Err(FileSendError::File(err)) => {
+                    tracing::warn!(error = %err, "file transfer aborted");
+                    return Err(sent);
+                }
+                Err(FileSendError::Client(err)) => {
+                    // Players seek and skip: a client leaving mid-file is routine.
+                    tracing::debug!(error = %err, "client left during a file transfer");
+                    return Err(sent);
+                }
+            }
+        }
+        if zero_copy && opened.changed(file) {
+            // sendfile reads the page cache as the bytes leave: a file rewritten in place
+            // meanwhile may have sent changed bytes. A reset makes the client discard the
+            // transfer instead of keeping a body with a success status.
+            tracing::warn!("file changed while it was being sent; resetting the connection");
+            let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+            return Err(sent);
+        }
+        Ok(sent)
+    }
+
+    /// Sends a file slice by copying it through a buffer, checking after each read that
+    /// the file is still the one opened, so a changed chunk is never sent.
+    async fn copy_file_slice(
+        &mut self,
+        file: &File,
+        opened: Identity,
+        mut offset: u64,
+        len: u64,
+        sent: &mut u64,
+    ) -> Result<(), FileSendError> {
+        let mut buffer = vec![0u8; usize::try_from(len).unwrap_or(COPY_CHUNK).min(COPY_CHUNK)];
+        let mut left = len;
+        while left > 0 {
+            let want = usize::try_from(left)
+                .unwrap_or(usize::MAX)
+                .min(buffer.len());
+            let chunk = &mut buffer[..want];
+            file.read_exact_at(chunk, offset).map_err(|err| {
+                FileSendError::File(if err.kind() == io::ErrorKind::UnexpectedEof {
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being sent")
+                } else {
+                    err
+                })
+            })?;
+            // A truncation updates the size before it zeroes pages, and a write the
+            // modification time before it copies: a chunk read during either shows here.
+            if opened.changed(file) {
+                return Err(FileSendError::File(io::Error::other(
+                    "file changed while being sent",
+                )));
+            }
+            self.send_all(chunk, false)
+                .await
+                .map_err(FileSendError::Client)?;
+            *sent += want as u64;
+            offset += want as u64;
+            left -= want as u64;
+            tokio::task::consume_budget().await;
+        }
+        Ok(())
+    }
+
+    async fn send_file_slice(
+        &mut self,
+        file: &File,
+        mut offset: u64,
+        len: u64,
+        sent: &mut u64,
+    ) -> Result<(), FileSendError> {
+        let fd = self.fd;
+        let mut left = len;
+        while left > 0 {
+            // One call moves at most what the socket buffer takes; the cap only keeps the
+            // count within what sendfile accepts.
+            let want = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+            match self.stream.try_io(Interest::WRITABLE, || {
+                zerocopy::send_file(fd, file, offset, want)
+            }) {
+                Ok(0) => {
+                    return Err(FileSendError::File(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "file shrank while being sent",
+                    )));
+                }
+                Ok(n) => {
+                    *sent += n as u64;
+                    offset += n as u64;
+                    left -= n as u64;
+                    // A fast client must not keep the other connections of this loop
+                    // waiting for a whole large file.
+                    tokio::task::consume_budget().await;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait_writable().await.map_err(FileSendError::Client)?
+                }
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                // sendfile reports the socket's errors and the file's alike; a file that
+                // cannot be read is the rare one.
+                Err(err) if err.kind() == io::ErrorKind::InvalidInput => {
+                    return Err(FileSendError::File(err));
+                }
+                Err(err) => return Err(FileSendError::Client(err)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Streams a router body, chunked when its length was not known up front.
+    async fn send_body(&mut self, mut body: Body, chunked: bool) -> Result<u64, u64> {
+        let mut sent = 0u64;
+        loop {
+            let frame = match body.frame().await {
+                None => break,
+                Some(Ok(frame)) => frame,
+                Some(Err(err)) => {
+                    tracing::debug!(error = %err, "response body failed");
+                    return Err(sent);
+                }
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            if data.is_empty() {
+                continue;
+            }
+            if chunked {
+                let _ =
+                    fmt::Write::write_fmt(&mut self.output, format_args!("{:x}\r\n", data.len()));
+            }
+            self.output.put_slice(&data);
+            if chunked {
+                self.output.put_slice(b"\r\n");
+            }
+            sent += data.len() as u64;
+            if self.output.len() > OUTPUT_COALESCE && self.flush().await.is_err() {
+                return Err(sent);
+            }
+        }
+        if chunked {
+            self.output.put_slice(b"0\r\n\r\n");
+        }
+        Ok(sent)
+    }
+
+    /// Sends all of `data`; with `more`, the kernel holds a partial packet back for what
+    /// follows (`MSG_MORE`).
+    pub(super) async fn send_all(&mut self, mut data: &[u8], more: bool) -> io::Result<()> {
+        let fd = self.fd;
+        while !data.is_empty() {
+            match self
+                .stream
+                .try_io(Interest::WRITABLE, || zerocopy::send(fd, data, more))
+            {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => data = &data[n..],
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the socket takes bytes again, for at most the write timeout: a client
+    /// that stopped reading is dropped instead of holding a file and a task forever.
+    async fn wait_writable(&mut self) -> io::Result<()> {
+        match tokio::time::timeout(self.shared.options.write_timeout, self.stream.writable()).await
+        {
+            Ok(ready) => ready,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client stopped reading",
+            )),
+        }
+    }
+}

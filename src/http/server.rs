@@ -1,0 +1,168 @@
+//! The accept loop: connections in, each served by [`super::h1::conn`] on the event loop
+//! that accepted it, up to `max_connections` (beyond, [`super::h1::busy`]); on shutdown,
+//! stop accepting and let in-flight responses finish for at most the grace period.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use super::App;
+use super::h1::{busy, conn, head::HeadLimits};
+use super::metrics;
+
+/// Limits of the connection handling.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// How long in-flight responses may finish after shutdown starts.
+    pub grace: Duration,
+    /// How long a client may take to send its request headers.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request body, from the end of its head.
+    pub body_read_timeout: Duration,
+    /// Where to count open connections, if anywhere.
+    pub metrics: Option<Arc<metrics::Metrics>>,
+    /// Idle keep-alive connections are closed after this.
+    pub idle_timeout: Duration,
+    /// A response whose client stops reading for this long is dropped.
+    pub write_timeout: Duration,
+    /// Largest request head accepted (431 beyond).
+    pub max_header_bytes: usize,
+    /// Longest URL accepted (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Connections served at once; beyond, a 503 and close.
+    pub max_connections: usize,
+}
+
+impl ServeOptions {
+    /// The options a config asks for.
+    pub fn from_config(config: &crate::config::Config) -> ServeOptions {
+        ServeOptions {
+            grace: config.daemon.stop_timeout,
+            header_read_timeout: config.limits.header_read_timeout,
+            body_read_timeout: config.limits.body_read_timeout,
+            metrics: None,
+            idle_timeout: config.limits.idle_timeout,
+            write_timeout: config.limits.write_timeout,
+            max_header_bytes: config.limits.max_header_bytes,
+            max_uri_bytes: config.limits.max_uri_bytes,
+            max_connections: config.limits.max_connections,
+        }
+    }
+}
+
+/// Counts live connections; the last one out wakes the drain.
+#[derive(Clone, Default)]
+struct Connections {
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    drained: Arc<tokio::sync::Notify>,
+    metrics: Option<Arc<metrics::Metrics>>,
+}
+
+struct ConnectionGuard(Connections);
+
+impl Connections {
+    fn enter(&self) -> ConnectionGuard {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        if let Some(metrics) = &self.metrics {
+            metrics.connections(1);
+        }
+        ConnectionGuard(self.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        if let Some(metrics) = &self.0.metrics {
+            metrics.connections(-1);
+        }
+        if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and lets
+/// in-flight responses finish for at most `options.grace`.
+pub async fn serve(
+    listener: TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()>,
+    options: ServeOptions,
+) -> std::io::Result<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let connections = Connections {
+        metrics: options.metrics.clone(),
+        ..Connections::default()
+    };
+    let grace = options.grace;
+    let shared = Arc::new(conn::Shared {
+        app,
+        limits: HeadLimits {
+            max_uri_bytes: options.max_uri_bytes,
+            max_header_bytes: options.max_header_bytes,
+        },
+        options,
+    });
+    tokio::pin!(shutdown);
+    let mut accept_backoff = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, _peer) = match accepted {
+            Ok(pair) => {
+                accept_backoff = Duration::from_millis(5);
+                pair
+            }
+            Err(err) => {
+                // Out of file descriptors and similar: wait and retry rather than spin.
+                tracing::warn!(error = %err, "accept failed");
+                tokio::time::sleep(accept_backoff).await;
+                accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        // Small responses wait 40 ms for delayed ACKs without this.
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            // Over the cap: a short, cheap refusal instead of an unbounded pile of tasks.
+            tokio::spawn(busy::refuse_over_cap(stream));
+            continue;
+        };
+        let guard = connections.enter();
+        let shared = Arc::clone(&shared);
+        let stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let _slot = slot;
+            conn::serve_connection(stream, shared, stop).await;
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let drained = connections.drained.notified();
+        if connections.count() == 0 {
+            tracing::info!("all connections drained");
+            break;
+        }
+        tokio::select! {
+            () = drained => {}
+            () = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(?grace, open = connections.count(), "shutdown grace expired, closing remaining connections");
+                break;
+            }
+        }
+    }
+    Ok(())
+}

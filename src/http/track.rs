@@ -1,0 +1,96 @@
+//! The track route: an id in, a file answer out.
+//!
+//! [`answer`] parses the id ([`parse_track_id`]: exactly 24 hex digits, no database query
+//! for anything else), resolves it through the [`Resolver`](crate::catalog::Resolver),
+//! and answers from the file cache or from the disk ([`super::file`]). Failures become
+//! their JSON answers here, through [`ApiError`].
+
+use std::sync::Arc;
+
+use mongodb::bson::oid::ObjectId;
+
+use super::AppState;
+use super::answer::Answer;
+use super::error::ApiError;
+use super::file::{self, request::FileRequest};
+use crate::catalog::{CacheOutcome, ResolveError};
+
+/// Resolves `id` and answers with its file (or the error's answer).
+pub async fn answer(state: &AppState, id: String, request: FileRequest) -> (CacheOutcome, Answer) {
+    let (outcome, result) = resolve_and_serve(state, id, request).await;
+    (outcome, result.unwrap_or_else(ApiError::into_answer))
+}
+
+async fn resolve_and_serve(
+    state: &AppState,
+    id: String,
+    request: FileRequest,
+) -> (CacheOutcome, Result<Answer, ApiError>) {
+    let Some(oid) = parse_track_id(&id) else {
+        return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
+    };
+    let resolution = match state.resolver.resolve(&oid).await {
+        Ok(r) => r,
+        Err(source) => {
+            if matches!(source, ResolveError::StoreUnavailable(_)) {
+                state.metrics.mongodb_error();
+            }
+            return (CacheOutcome::None, Err(ApiError::Resolve { id, source }));
+        }
+    };
+    state.metrics.observe_resolve(resolution.elapsed);
+    let Some(path) = resolution.path else {
+        return (resolution.outcome, Err(ApiError::UnknownId { id }));
+    };
+    if let Some(answer) = file::from_cache(&state.files, &id, &path, &request) {
+        state.metrics.file_cache(true);
+        return (resolution.outcome, answer);
+    }
+    state.metrics.file_cache(false);
+    let served = Box::pin(file::serve(Arc::clone(&state.files), id, path, request)).await;
+    (resolution.outcome, served)
+}
+
+/// The ObjectId in a track URL segment: exactly 24 hexadecimal digits (either case).
+pub fn parse_track_id(segment: &str) -> Option<ObjectId> {
+    // Decoded by hand: the bson parser collects into a Vec first, on every request.
+    let digits = segment.as_bytes();
+    if digits.len() != 24 {
+        return None;
+    }
+    let mut bytes = [0u8; 12];
+    for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
+        *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+    }
+    Some(ObjectId::from_bytes(bytes))
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    match digit {
+        b'0'..=b'9' => Some(digit - b'0'),
+        b'a'..=b'f' => Some(digit - b'a' + 10),
+        b'A'..=b'F' => Some(digit - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_track_id;
+
+    #[test]
+    fn track_ids_are_exactly_24_hex_digits() {
+        let id = parse_track_id("6b0dc37d3ba0d873deac9381").expect("valid");
+        assert_eq!(id.to_hex(), "6b0dc37d3ba0d873deac9381");
+        assert_eq!(parse_track_id("6B0DC37D3BA0D873DEAC9381"), Some(id));
+        for bad in [
+            "",
+            "6b0dc37d3ba0d873deac938",
+            "6b0dc37d3ba0d873deac93811",
+            "zb0dc37d3ba0d873deac9381",
+            "6b0dc37d3ba0d873deac938é",
+        ] {
+            assert!(parse_track_id(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! HTTP/1.1 on raw bytes, read strictly: the requests a byte stream holds and the
+//! responses a server sent back. Shared by the conformance tests, the nginx differential
+//! test and the connection fuzz target (which includes this file by path), so all three
+//! hold the server to the same invariants:
+//! * every response is well framed: never `Content-Length` and `Transfer-Encoding`
+//!   together, never two lengths, a chunked body that decodes, nothing left over;
+//! * a response to HEAD, a 1xx, 204 or 304 has no body;
+//! * never more final responses than complete requests (plus one refusal).
+
+#![allow(dead_code)]
+
+/// One response off the wire.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// Header fields as received.
+    pub headers: Vec<(String, String)>,
+    /// The body, de-chunked.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// The first value of a header (case-insensitive name).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// How many fields of this name.
+    pub fn count(&self, name: &str) -> usize {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .count()
+    }
+
+    /// Whether it is an interim (1xx) response.
+    pub fn interim(&self) -> bool {
+        (100..200).contains(&self.status)
+    }
+}
+
+/// The methods of the complete requests at the start of `input`, in order, read the way
+/// a careful server frames them (Content-Length, or chunked alone). Scanning stops at the
+/// first head or body that cannot be framed for sure: a server closes there.
+pub fn request_methods(input: &[u8]) -> Vec<String> {
+    let mut methods = Vec::new();
+    let mut rest = input;
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; 100];
+        let mut request = httparse::Request::new(&mut slots);
+        let Ok(httparse::Status::Complete(len)) = request.parse(rest) else {
+            return methods;
+        };
+        let method = request.method.unwrap_or_default().to_string();
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        for header in request.headers.iter() {
+            if header.name.eq_ignore_ascii_case("content-length") {
+                let Some(value) = std::str::from_utf8(header.value.trim_ascii())
+                    .ok()
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse().ok())
+                else {
+                    return methods;
+                };
+                if length.is_some_and(|l| l != value) {
+                    return methods;
+                }
+                length = Some(value);
+            } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+                if chunked || !header.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                    return methods;
+                }
+                chunked = true;
+            }
+        }
+        rest = &rest[len..];
+        if chunked {
+            if length.is_some() {
+                return methods;
+            }
+            match dechunk(rest) {
+                Ok(Some((_, used))) => rest = &rest[used..],
+                _ => return methods,
+            }
+        } else if let Some(length) = length {
+            let Ok(length) = usize::try_from(length) else {
+                return methods;
+            };
+            if rest.len() < length {
+                return methods;
+            }
+            rest = &rest[length..];
+        }
+        methods.push(method);
+    }
+}
+
+/// Reads every response in `bytes` (all a server sent until it closed). `is_head(i)` says
+/// whether the i-th final response answers a HEAD. An error names the first violation.
+pub fn responses(bytes: &[u8], is_head: impl Fn(usize) -> bool) -> Result<Vec<Response>, String> {
+    let mut out = Vec::new();
+    let mut rest = bytes;
+    let mut finals = 0;
+    while !rest.is_empty() {
+        let mut slots = [httparse::EMPTY_HEADER; 100];
+        let mut response = httparse::Response::new(&mut slots);
+        let len = match response.parse(rest) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => {
+                return Err(format!(
+                    "a response head is cut: {:?}",
+                    String::from_utf8_lossy(rest)
+                ));
+            }
+            Err(err) => {
+                return Err(format!(
+                    "not a response ({err}) after {} responses: {:?}",
+                    out.len(),
+                    String::from_utf8_lossy(&rest[..rest.len().min(200)])
+                ));
+            }
+        };
+        let status = response.code.unwrap_or_default();
+        let headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                (
+                    h.name.to_string(),
+                    String::from_utf8_lossy(h.value).into_owned(),
+                )
+            })
+            .collect();
+        let parsed = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        rest = &rest[len..];
+        let lengths = parsed.count("content-length");
+        let chunked = parsed.count("transfer-encoding");
+        if lengths > 0 && chunked > 0 {
+            return Err(format!(
+                "both Content-Length and Transfer-Encoding: {parsed:?}"
+            ));
+        }
+        if lengths > 1 || chunked > 1 {
+            return Err(format!("framing header twice: {parsed:?}"));
+        }
+        let interim = parsed.interim();
+        if interim && (lengths > 0 || chunked > 0) {
+            return Err(format!("a 1xx with framing: {parsed:?}"));
+        }
+        if status == 204 && (lengths > 0 || chunked > 0) {
+            return Err(format!("a 204 with framing: {parsed:?}"));
+        }
+        let bodiless = interim || status == 204 || status == 304 || is_head(finals);
+        let mut parsed = parsed;
+        if !bodiless {
+            if let Some(length) = parsed.header("content-length") {
+                let length: usize = length
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("bad Content-Length {length:?}"))?;
+                if rest.len() < length {
+                    return Err(format!(
+                        "body cut: {} of {length} bytes (status {status})",
+                        rest.len()
+                    ));
+                }
+                parsed.body = rest[..length].to_vec();
+                rest = &rest[length..];
+            } else if chunked > 0 {
+                if !parsed
+                    .header("transfer-encoding")
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"))
+                {
+                    return Err(format!("a coding other than chunked: {parsed:?}"));
+                }
+                let (body, used) =
+                    dechunk(rest)?.ok_or_else(|| "a chunked body is cut".to_string())?;
+                parsed.body = body;
+                rest = &rest[used..];
+            } else {
+                // Delimited by the close: only when the server says it closes.
+                if !parsed
+                    .header("connection")
+                    .is_some_and(|v| v.to_ascii_lowercase().contains("close"))
+                {
+                    return Err(format!("no framing on a keep-alive response: {parsed:?}"));
+                }
+                parsed.body = rest.to_vec();
+                rest = &[];
+            }
+        }
+        if !interim {
+            finals += 1;
+        }
+        out.push(parsed);
+    }
+    Ok(out)
+}
+
+/// The body of a chunked stream at the start of `bytes` and the bytes it took; `None`
+/// when it is cut.
+pub fn dechunk(bytes: &[u8]) -> Result<Option<(Vec<u8>, usize)>, String> {
+    let mut body = Vec::new();
+    let mut at = 0;
+    loop {
+        if bytes.get(at).is_some_and(|b| !b.is_ascii_hexdigit()) {
+            return Err("a chunk size that is not hex".into());
+        }
+        let size = match httparse::parse_chunk_size(&bytes[at..]) {
+            Ok(httparse::Status::Complete((used, size))) => {
+                at += used;
+                size
+            }
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err("invalid chunk size".into()),
+        };
+        if size == 0 {
+            // Trailers until an empty line.
+            loop {
+                let Some(end) = bytes[at..].windows(2).position(|w| w == b"\r\n") else {
+                    return Ok(None);
+                };
+                at += end + 2;
+                if end == 0 {
+                    return Ok(Some((body, at)));
+                }
+            }
+        }
+        let size = usize::try_from(size).map_err(|_| "huge chunk".to_string())?;
+        if bytes.len() < at + size + 2 {
+            return Ok(None);
+        }
+        body.extend_from_slice(&bytes[at..at + size]);
+        at += size;
+        if &bytes[at..at + 2] != b"\r\n" {
+            return Err("chunk data not followed by CRLF".into());
+        }
+        at += 2;
+    }
+}
+
+/// Checks what a server sent for `input`: well framed, HEAD answers bodiless, and no more
+/// final responses than complete requests plus one refusal. The final responses.
+pub fn check_exchange(input: &[u8], output: &[u8]) -> Result<Vec<Response>, String> {
+    let methods = request_methods(input);
+    let head = |i: usize| {
+        methods.get(i).is_some_and(|m| m == "HEAD")
+        // A refused request is not in `methods`; the server reads its method as we do.
+        || (i == methods.len() && refused_head(input, &methods))
+    };
+    let all = responses(output, head)?;
+    let finals: Vec<Response> = all.into_iter().filter(|r| !r.interim()).collect();
+    if finals.len() > methods.len() + 1 {
+        return Err(format!(
+            "{} responses to {} complete requests",
+            finals.len(),
+            methods.len()
+        ));
+    }
+    Ok(finals)
+}
+
+/// Whether the request after the `methods.len()` framed ones starts with `HEAD `.
+fn refused_head(input: &[u8], methods: &[String]) -> bool {
+    let mut rest = input;
+    for _ in methods {
+        // Re-scan to the start of the request after the framed ones.
+        let mut slots = [httparse::EMPTY_HEADER; 100];
+        let mut request = httparse::Request::new(&mut slots);
+        let Ok(httparse::Status::Complete(len)) = request.parse(rest) else {
+            return false;
+        };
+        let mut body = 0usize;
+        let mut chunked = false;
+        for header in request.headers.iter() {
+            if header.name.eq_ignore_ascii_case("content-length") {
+                body = std::str::from_utf8(header.value.trim_ascii())
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+            } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = true;
+            }
+        }
+        rest = &rest[len..];
+        if chunked {
+            match dechunk(rest) {
+                Ok(Some((_, used))) => rest = &rest[used..],
+                _ => return false,
+            }
+        } else {
+            rest = &rest[body.min(rest.len())..];
+        }
+    }
+    let start = rest
+        .iter()
+        .position(|b| !b"\r\n".contains(b))
+        .unwrap_or(rest.len());
+    rest[start..].starts_with(b"HEAD ")
+}
