@@ -8,8 +8,10 @@
 
 #![allow(dead_code)]
 
+pub mod corpus;
 pub mod load;
 pub mod nginx;
+pub mod raw;
 pub mod supervised;
 pub mod wire_check;
 

@@ -101,109 +101,128 @@ pub fn request_methods(input: &[u8]) -> Vec<String> {
 }
 
 /// Reads every response in `bytes` (all a server sent until it closed). `is_head(i)` says
-/// whether the i-th final response answers a HEAD. An error names the first violation.
+/// whether the i-th final response answers a HEAD. An error names the first violation; a
+/// response cut short is one.
 pub fn responses(bytes: &[u8], is_head: impl Fn(usize) -> bool) -> Result<Vec<Response>, String> {
+    let (all, used) = leading_responses(bytes, is_head)?;
+    if used < bytes.len() {
+        return Err(format!(
+            "a response is cut after {} complete ones: {:?}",
+            all.len(),
+            String::from_utf8_lossy(&bytes[used..bytes.len().min(used + 300)])
+        ));
+    }
+    Ok(all)
+}
+
+/// The complete responses at the start of `bytes` and the bytes they took; what follows
+/// may be the start of another. An error names the first violation.
+pub fn leading_responses(
+    bytes: &[u8],
+    is_head: impl Fn(usize) -> bool,
+) -> Result<(Vec<Response>, usize), String> {
     let mut out = Vec::new();
-    let mut rest = bytes;
+    let mut used = 0;
     let mut finals = 0;
-    while !rest.is_empty() {
-        let mut slots = [httparse::EMPTY_HEADER; 100];
-        let mut response = httparse::Response::new(&mut slots);
-        let len = match response.parse(rest) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => {
-                return Err(format!(
-                    "a response head is cut: {:?}",
-                    String::from_utf8_lossy(rest)
-                ));
-            }
-            Err(err) => {
-                return Err(format!(
-                    "not a response ({err}) after {} responses: {:?}",
-                    out.len(),
-                    String::from_utf8_lossy(&rest[..rest.len().min(200)])
-                ));
-            }
+    while used < bytes.len() {
+        let Some((response, len)) = one_response(&bytes[used..], is_head(finals), out.len())?
+        else {
+            break;
         };
-        let status = response.code.unwrap_or_default();
-        let headers: Vec<(String, String)> = response
-            .headers
-            .iter()
-            .map(|h| {
-                (
-                    h.name.to_string(),
-                    String::from_utf8_lossy(h.value).into_owned(),
-                )
-            })
-            .collect();
-        let parsed = Response {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        rest = &rest[len..];
-        let lengths = parsed.count("content-length");
-        let chunked = parsed.count("transfer-encoding");
-        if lengths > 0 && chunked > 0 {
-            return Err(format!(
-                "both Content-Length and Transfer-Encoding: {parsed:?}"
-            ));
-        }
-        if lengths > 1 || chunked > 1 {
-            return Err(format!("framing header twice: {parsed:?}"));
-        }
-        let interim = parsed.interim();
-        if interim && (lengths > 0 || chunked > 0) {
-            return Err(format!("a 1xx with framing: {parsed:?}"));
-        }
-        if status == 204 && (lengths > 0 || chunked > 0) {
-            return Err(format!("a 204 with framing: {parsed:?}"));
-        }
-        let bodiless = interim || status == 204 || status == 304 || is_head(finals);
-        let mut parsed = parsed;
-        if !bodiless {
-            if let Some(length) = parsed.header("content-length") {
-                let length: usize = length
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad Content-Length {length:?}"))?;
-                if rest.len() < length {
-                    return Err(format!(
-                        "body cut: {} of {length} bytes (status {status})",
-                        rest.len()
-                    ));
-                }
-                parsed.body = rest[..length].to_vec();
-                rest = &rest[length..];
-            } else if chunked > 0 {
-                if !parsed
-                    .header("transfer-encoding")
-                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"))
-                {
-                    return Err(format!("a coding other than chunked: {parsed:?}"));
-                }
-                let (body, used) =
-                    dechunk(rest)?.ok_or_else(|| "a chunked body is cut".to_string())?;
-                parsed.body = body;
-                rest = &rest[used..];
-            } else {
-                // Delimited by the close: only when the server says it closes.
-                if !parsed
-                    .header("connection")
-                    .is_some_and(|v| v.to_ascii_lowercase().contains("close"))
-                {
-                    return Err(format!("no framing on a keep-alive response: {parsed:?}"));
-                }
-                parsed.body = rest.to_vec();
-                rest = &[];
-            }
-        }
-        if !interim {
+        if !response.interim() {
             finals += 1;
         }
-        out.push(parsed);
+        out.push(response);
+        used += len;
     }
-    Ok(out)
+    Ok((out, used))
+}
+
+/// One response at the start of `rest`, and its length; `None` when it is not all there.
+fn one_response(
+    rest: &[u8],
+    head: bool,
+    index: usize,
+) -> Result<Option<(Response, usize)>, String> {
+    let mut slots = [httparse::EMPTY_HEADER; 100];
+    let mut response = httparse::Response::new(&mut slots);
+    let len = match response.parse(rest) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(err) => {
+            return Err(format!(
+                "not a response ({err}) after {index} responses: {:?}",
+                String::from_utf8_lossy(&rest[..rest.len().min(200)])
+            ));
+        }
+    };
+    let status = response.code.unwrap_or_default();
+    let headers: Vec<(String, String)> = response
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let mut parsed = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let body = &rest[len..];
+    let lengths = parsed.count("content-length");
+    let chunked = parsed.count("transfer-encoding");
+    if lengths > 0 && chunked > 0 {
+        return Err(format!(
+            "both Content-Length and Transfer-Encoding: {parsed:?}"
+        ));
+    }
+    if lengths > 1 || chunked > 1 {
+        return Err(format!("framing header twice: {parsed:?}"));
+    }
+    let interim = parsed.interim();
+    if (interim || status == 204) && (lengths > 0 || chunked > 0) {
+        return Err(format!("a {status} with framing: {parsed:?}"));
+    }
+    if interim || status == 204 || status == 304 || head {
+        return Ok(Some((parsed, len)));
+    }
+    if let Some(length) = parsed.header("content-length") {
+        let length: usize = length
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad Content-Length {length:?}"))?;
+        if body.len() < length {
+            return Ok(None);
+        }
+        parsed.body = body[..length].to_vec();
+        return Ok(Some((parsed, len + length)));
+    }
+    if chunked > 0 {
+        if !parsed
+            .header("transfer-encoding")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"))
+        {
+            return Err(format!("a coding other than chunked: {parsed:?}"));
+        }
+        let Some((decoded, used)) = dechunk(body)? else {
+            return Ok(None);
+        };
+        parsed.body = decoded;
+        return Ok(Some((parsed, len + used)));
+    }
+    // Delimited by the close: only when the server says it closes.
+    if !parsed
+        .header("connection")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("close"))
+    {
+        return Err(format!("no framing on a keep-alive response: {parsed:?}"));
+    }
+    parsed.body = body.to_vec();
+    Ok(Some((parsed, rest.len())))
 }
 
 /// The body of a chunked stream at the start of `bytes` and the bytes it took; `None`

@@ -6,7 +6,9 @@
 //!   `header_read_timeout`, counted from accept (first request) or from the head's first
 //!   byte, never from a later wake-up;
 //! * reading a request body: `body_read_timeout` from the end of its head, whatever
-//!   trickles in;
+//!   trickles in; past it the request gets a 408 and the connection closes (a head that
+//!   does not arrive in time is closed silently, as nginx does: there is no request to
+//!   answer);
 //! * an idle keep-alive connection: `idle_timeout`;
 //! * a response whose client stops taking bytes: `write_timeout` without progress
 //!   (`send`).
@@ -134,6 +136,17 @@ enum Wait {
     Idle,
 }
 
+/// How a wait for input ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// Bytes arrived.
+    Data,
+    /// The wait's clock ran out.
+    TimedOut,
+    /// The client closed, the socket failed, or the server stops.
+    Gone,
+}
+
 /// How an exchange left the connection.
 pub(super) enum After {
     /// Ready for the next request.
@@ -167,7 +180,7 @@ impl Connection {
                     } else {
                         Wait::Head(*head_started.get_or_insert_with(Instant::now))
                     };
-                    if !self.read_more(wait).await {
+                    if self.read_more(wait).await != Read::Data {
                         return;
                     }
                     continue;
@@ -184,8 +197,13 @@ impl Connection {
             head_started = None;
             if let Some(body) = BodyReader::new(head.body) {
                 match self.read_body(body, head.expect_continue).await {
-                    Ok(true) => {}
-                    Ok(false) => return,
+                    Ok(Read::Data) => {}
+                    Ok(Read::Gone) => return,
+                    Ok(Read::TimedOut) => {
+                        let refusal = HeadError::BodyTimeout;
+                        Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
+                        return;
+                    }
                     Err(refusal) => {
                         Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
                         return;
@@ -221,18 +239,18 @@ impl Connection {
         self.stopping_since.is_some()
     }
 
-    /// Reads a request body to its end, dropping it. `Ok(false)`: the connection is done
-    /// (closed, timed out); `Err`: the body cannot be framed, refuse.
+    /// Reads a request body to its end, dropping it. `Ok(Read::Data)`: it ended;
+    /// `Err`: the body cannot be framed, refuse.
     async fn read_body(
         &mut self,
         mut body: BodyReader,
         expect_continue: bool,
-    ) -> Result<bool, HeadError> {
+    ) -> Result<Read, HeadError> {
         let started = Instant::now();
         let mut asked = false;
         loop {
             if body.consume(&mut self.input)? {
-                return Ok(true);
+                return Ok(Read::Data);
             }
             if expect_continue && !asked {
                 // RFC 9110 §10.1.1: the client waits for this before it sends the body.
@@ -240,18 +258,19 @@ impl Connection {
                 asked = true;
                 self.output.extend_from_slice(CONTINUE);
                 if self.flush().await.is_err() {
-                    return Ok(false);
+                    return Ok(Read::Gone);
                 }
             }
-            if !self.read_more(Wait::Body(started)).await {
-                return Ok(false);
+            match self.read_more(Wait::Body(started)).await {
+                Read::Data => {}
+                other => return Ok(other),
             }
         }
     }
 
-    /// Waits for more request bytes. `false`: the connection is done (closed by the
-    /// client, timed out, or idle while the server stops).
-    async fn read_more(&mut self, wait: Wait) -> bool {
+    /// Waits for more request bytes, for at most the clock of `wait` (or, idle, until the
+    /// server stops).
+    async fn read_more(&mut self, wait: Wait) -> Read {
         // Every clock runs from a fixed instant (accept, the head's first byte, the body's
         // start, this wait's start), not from each wake-up: a connection woken by the lazy
         // timer must not extend its own time.
@@ -267,7 +286,7 @@ impl Connection {
             let stopping = self.stopping();
             if let Some(since) = self.stopping_since {
                 if matches!(wait, Wait::Idle) {
-                    return false;
+                    return Read::Gone;
                 }
                 deadline = deadline.min(since + FIRST_REQUEST_GRACE);
             }
@@ -279,12 +298,12 @@ impl Connection {
                 biased;
                 ready = self.stream.readable() => {
                     if ready.is_err() {
-                        return false;
+                        return Read::Gone;
                     }
                 }
                 () = self.timer.as_mut() => {
                     if Instant::now() >= deadline {
-                        return false;
+                        return Read::TimedOut;
                     }
                     self.timer.as_mut().reset(deadline);
                     continue;
@@ -298,14 +317,14 @@ impl Connection {
                 self.input.reserve(READ_CHUNK);
             }
             match self.stream.try_read_buf(&mut self.input) {
-                Ok(0) => return false,
-                Ok(_) => return true,
+                Ok(0) => return Read::Gone,
+                Ok(_) => return Read::Data,
                 Err(err)
                     if matches!(
                         err.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                     ) => {}
-                Err(_) => return false,
+                Err(_) => return Read::Gone,
             }
         }
     }

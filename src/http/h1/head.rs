@@ -67,6 +67,9 @@ pub enum HeadError {
     /// A body larger than the server reads.
     #[error("request body too large")]
     BodyTooLarge,
+    /// The body did not arrive within `body_read_timeout`.
+    #[error("request body not received in time")]
+    BodyTimeout,
     /// An expectation other than `100-continue`.
     #[error("expectation not supported")]
     Expectation,
@@ -86,6 +89,7 @@ impl HeadError {
             HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             HeadError::UnknownCoding => StatusCode::NOT_IMPLEMENTED,
             HeadError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            HeadError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HeadError::Expectation => StatusCode::EXPECTATION_FAILED,
             HeadError::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
         }
