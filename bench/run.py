@@ -30,6 +30,10 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 # Comma-separated substrings of cell names to run (all by default); a partial run prints
 # its table but does not replace the committed results file.
 ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split(",") if c]
+# Another musicd build (e.g. the last commit's) to measure against in the same run: every
+# direct-mode cell then also runs it, alternated with the others, and a second table gives
+# this build's ratio to it.
+BASELINE_BIN = os.environ.get("BENCH_BASELINE_BIN")
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
 leftovers = []
@@ -191,6 +195,10 @@ def main():
             cfg.write_text(cfg.read_text() + extra)
         musicd[name] = start([str(REL / "musicd"), "--config", str(cfg), "run"])
         wait_port(port)
+    baseline_port = free_port()
+    if BASELINE_BIN:
+        musicd["baseline"] = start([BASELINE_BIN, "--config", str(config("baseline", baseline_port)), "run"])
+        wait_port(baseline_port)
 
     user = "user root;" if os.geteuid() == 0 else ""
     (work / "nginx.conf").write_text(f"""{user}
@@ -245,8 +253,14 @@ http {{
     if ONLY:
         cells = [c for c in cells if any(o in f"{c[0]} c={c[1]}" for o in ONLY)]
     rows = []
+    b = f"http://127.0.0.1:{baseline_port}"
     for name, conns, baseline, contender in cells:
-        runs = {"nginx": [], "musicd": []}
+        runs = {"nginx": [], "musicd": [], "baseline": []}
+        previous = None
+        # Not the cache-miss cell: its ids must be new to the shared Redis in every round.
+        if BASELINE_BIN and contender and contender[0].startswith(d) and not name.startswith("cache miss"):
+            bp = [musicd["baseline"].pid]
+            previous = (b + contender[0][len(d):], bp, contender[2], contender[3])
         for r in range(ROUNDS):
             if name.startswith("cache miss"):
                 # Fresh ids for every round: shift the list so no id repeats.
@@ -254,7 +268,7 @@ http {{
                 chunk = len(miss_ids) // ROUNDS
                 shifted.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids[r * chunk:(r + 1) * chunk]))
                 contender = (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua", shifted)
-            for label, target in (("nginx", baseline), ("musicd", contender)):
+            for label, target in (("nginx", baseline), ("musicd", contender), ("baseline", previous)):
                 if target is None:
                     continue
                 url, pids, script, paths = target
@@ -296,13 +310,25 @@ http {{
             f"| {name} | {conns} | - | {med(m, 'rps'):,.0f} | - | - | {med(m, 'mbps'):,.0f} | - / {med(m, 'p99'):.2f} | "
             f"- / {sum(r['errors'] for r in m)} | - / {med(m, 'cpu_us_req'):.1f} | - |"
         )
+    if BASELINE_BIN:
+        lines += ["", f"This build against {BASELINE_BIN} (same run, alternated):", "",
+                  "| cell | conns | baseline req/s | this build req/s | ratio | p99 ms baseline / this | CPU µs/req baseline / this |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, conns, runs in rows:
+            m, old = runs["musicd"], runs["baseline"]
+            if not old:
+                continue
+            lines.append(
+                f"| {name} | {conns} | {med(old, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | "
+                f"{med(m, 'rps') / med(old, 'rps'):.2f} | {med(old, 'p99'):.2f} / {med(m, 'p99'):.2f} | "
+                f"{med(old, 'cpu_us_req'):.1f} / {med(m, 'cpu_us_req'):.1f} |")
     rss = Path(f"/proc/{musicd['direct'].pid}/status").read_text()
     vmrss = re.search(r"VmRSS:\s+(\d+)", rss)
     lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "
               "(includes the in-memory file cache: the 4 KiB file and the 1,000 small files; the 4 MiB "
               "file is kept open, not in memory)."]
     text = "\n".join(lines) + "\n"
-    if not ONLY:
+    if not ONLY and not BASELINE_BIN:
         out = ROOT / "bench" / "results" / "http.md"
         out.parent.mkdir(exist_ok=True)
         out.write_text(text)

@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Runs each cargo-fuzz target for FUZZ_SECONDS (default 60) and prints the executions.
-# The machine has a stable toolchain only: RUSTC_BOOTSTRAP lets cargo-fuzz use the
-# instrumentation flags it needs. The corpus stays in fuzz/corpus (not committed).
+# Runs each cargo-fuzz target for FUZZ_SECONDS (default 60) and prints the executions;
+# FUZZ_TARGETS picks some (default: all). The machine has a stable toolchain only:
+# RUSTC_BOOTSTRAP lets cargo-fuzz use the instrumentation flags it needs. The corpus grows
+# in fuzz/corpus (not committed), seeded from fuzz/seeds where a target has seeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 seconds=${FUZZ_SECONDS:-60}
-for target in range conditional track_id request_head connection; do
-  RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none "$target" -- \
-    -max_total_time="$seconds" -print_final_stats=1 2>&1 | grep -E "stat::number_of_executed_units|Done|ERROR|panicked" || true
+targets=${FUZZ_TARGETS:-range conditional track_id request_head connection}
+status=0
+for target in $targets; do
+  mkdir -p "fuzz/corpus/$target"
+  seeds=()
+  [ -d "fuzz/seeds/$target" ] && seeds=("fuzz/seeds/$target")
+  echo "== fuzz $target for ${seconds}s"
+  log=$(mktemp)
+  if ! RUSTC_BOOTSTRAP=1 cargo fuzz run --sanitizer none "$target" "fuzz/corpus/$target" "${seeds[@]}" -- \
+    -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+    status=1
+    grep -E "panicked|ERROR|SUMMARY|Test unit written" "$log" | head -20 || true
+  fi
+  grep -E "stat::number_of_executed_units|^Done" "$log" || true
+  rm -f "$log"
 done
+exit $status

@@ -13,3 +13,5 @@ echo "== cargo clippy -D warnings"
 cargo clippy --locked --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --locked --all-targets
+echo "== fuzz the connection briefly (scripts/fuzz.sh runs every target, longer)"
+FUZZ_SECONDS="${TEST_FUZZ_SECONDS:-30}" FUZZ_TARGETS=connection scripts/fuzz.sh

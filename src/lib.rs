@@ -13,7 +13,7 @@
 //! 4. [`media`] confines the path to the media roots and opens the file.
 //! 5. [`http::file`] answers with the file's bytes: conditional requests, ranges, HEAD,
 //!    offload headers for nginx; hot files from its cache.
-//! 6. [`http::access_log`] counts the exchange in [`http::metrics`] and logs it.
+//! 6. `http::access_log` counts the exchange in [`http::metrics`] and logs it.
 //!
 //! [`config`] is read once by either binary; [`admin`] holds what `musicctl` does, and
 //! [`daemon`] runs the server (foreground, per-core event loops, or supervised).

@@ -6,15 +6,15 @@
 //! * [`routes`] names every route; the track route goes to [`track`] (id to file answer,
 //!   [`file`](mod@file) for the HTTP file semantics), the ops endpoints to the axum [`router`]
 //!   ([`ops`]);
-//! * every handler returns an [`answer::Answer`]; [`error`] maps failures to their status;
-//! * [`access_log`] counts the exchange in [`metrics`] and logs it.
+//! * every handler returns an `answer::Answer`; `error` maps failures to their status;
+//! * `access_log` counts the exchange in [`metrics`] and logs it.
 
-pub mod access_log;
-pub mod answer;
-pub mod error;
+pub(crate) mod access_log;
+pub(crate) mod answer;
+pub(crate) mod error;
 pub mod file;
 pub mod h1;
-pub mod header_lines;
+pub(crate) mod header_lines;
 pub mod metrics;
 pub mod ops;
 pub mod router;

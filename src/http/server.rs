@@ -1,5 +1,5 @@
-//! The accept loop: connections in, each served by [`super::h1::conn`] on the event loop
-//! that accepted it, up to `max_connections` (beyond, [`super::h1::busy`]); on shutdown,
+//! The accept loop: connections in, each served by `super::h1::conn` on the event loop
+//! that accepted it, up to `max_connections` (beyond, `super::h1::busy`); on shutdown,
 //! stop accepting and let in-flight responses finish for at most the grace period.
 
 use std::future::Future;

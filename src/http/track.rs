@@ -3,7 +3,7 @@
 //! [`answer`] parses the id ([`parse_track_id`]: exactly 24 hex digits, no database query
 //! for anything else), resolves it through the [`Resolver`](crate::catalog::Resolver),
 //! and answers from the file cache or from the disk ([`super::file`]). Failures become
-//! their JSON answers here, through [`ApiError`].
+//! their JSON answers here, through `ApiError`.
 
 use std::sync::Arc;
 
