@@ -150,12 +150,13 @@ def main():
     wait_port(rport)
     wait_port(mport)
 
-    def config(name, port, extra="", database="bench"):
+    def config(name, port, extra="", database="bench", access_log='format = "off"'):
         path = work / f"{name}.toml"
         path.write_text(
             f'listen = "127.0.0.1:{port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n{extra}\n'
             f'[mongodb]\nuri = "mongodb://127.0.0.1:{mport}"\ndatabase = "{database}"\n'
             f'[redis]\nurl = "redis://127.0.0.1:{rport}"\n'
+            f'[access_log]\n{access_log}\n'
         )
         return path
 
@@ -181,6 +182,7 @@ def main():
     miss_paths.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids))
 
     direct_port, nocache_port, accel_port, nginx_port = free_port(), free_port(), free_port(), free_port()
+    nginx_log_port = free_port()
     musicd = {}
     musicd = {}
     musicd["miss"] = start([str(REL / "musicd"), "--config", str(miss_cfg), "run"])
@@ -195,9 +197,17 @@ def main():
             cfg.write_text(cfg.read_text() + extra)
         musicd[name] = start([str(REL / "musicd"), "--config", str(cfg), "run"])
         wait_port(port)
+    # The same server with the access log on, as production runs it.
+    logged_port = free_port()
+    musicd["logged"] = start([str(REL / "musicd"), "--config", str(config(
+        "logged", logged_port, access_log=f'format = "combined"\npath = "{work}/musicd-access.log"')), "run"])
+    wait_port(logged_port)
     baseline_port = free_port()
     if BASELINE_BIN:
-        musicd["baseline"] = start([BASELINE_BIN, "--config", str(config("baseline", baseline_port)), "run"])
+        # An older build may not know [access_log]: its log is off through log_level.
+        base_cfg = config("baseline", baseline_port)
+        base_cfg.write_text(base_cfg.read_text().replace('[access_log]\nformat = "off"\n', ""))
+        musicd["baseline"] = start([BASELINE_BIN, "--config", str(base_cfg), "run"])
         wait_port(baseline_port)
 
     user = "user root;" if os.geteuid() == 0 else ""
@@ -223,6 +233,12 @@ http {{
     location /musicdb/ {{ proxy_pass http://musicd; proxy_http_version 1.1; proxy_set_header Connection ""; }}
     location /internal/0/ {{ internal; alias {media}/; }}
   }}
+  # The same files with the access log on, buffered as production runs it.
+  server {{
+    listen 127.0.0.1:{nginx_log_port} backlog=4096;
+    access_log {work}/nginx-access.log combined buffer=64k flush=1s;
+    location /media/ {{ alias {media}/; }}
+  }}
 }}
 """)
     nginx = start(["nginx", "-p", str(work), "-c", str(work / "nginx.conf"), "-g", "daemon off;"])
@@ -235,6 +251,9 @@ http {{
     n = f"http://127.0.0.1:{nginx_port}"
     d = f"http://127.0.0.1:{direct_port}"
     nc = f"http://127.0.0.1:{nocache_port}"
+    nl = f"http://127.0.0.1:{nginx_log_port}"
+    lg = f"http://127.0.0.1:{logged_port}"
+    lp = [musicd["logged"].pid]
     small, big = ids["small.mp3"], ids["big.mp3"]
     dp, ncp, ap = [musicd["direct"].pid], [musicd["nocache"].pid], [musicd["accel"].pid]
     # (cell, connections, baseline (url, pids, script, paths), contender (url, pids, script, paths))
@@ -242,6 +261,8 @@ http {{
         ("4 KiB file", 10, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
         ("4 KiB file", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
         ("1,000 files of 2-8 KiB", 100, (n, nginx_pids, "random_path.lua", nginx_paths), (d, dp, "random_path.lua", musicd_paths)),
+        ("4 KiB file, access logs on", 100, (f"{nl}/media/small.mp3", nginx_pids, None, None), (f"{lg}/musicdb/{small}/a.mp3", lp, None, None)),
+        ("1,000 files of 2-8 KiB, access logs on", 100, (nl, nginx_pids, "random_path.lua", nginx_paths), (lg, lp, "random_path.lua", musicd_paths)),
         ("4 MiB file", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{d}/musicdb/{big}/a.mp3", dp, None, None)),
         ("4 MiB file, musicd file cache off", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{nc}/musicdb/{big}/a.mp3", ncp, None, None)),
         ("4 KiB, musicd x-accel behind nginx", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{n}/musicdb/{small}/a.mp3", nginx_pids + ap, None, None)),
@@ -285,7 +306,8 @@ http {{
         f"{subprocess.run(['nginx', '-v'], capture_output=True, text=True).stderr.strip()}, "
         f"wrk 2 threads on the same machine, loopback; medians of {ROUNDS} runs of {SECONDS} s, "
         "targets alternated. CPU is the servers' own (utime+stime from /proc; for x-accel it is "
-        "nginx + musicd). musicd runs with its access log off (log_level = warn), as nginx does.",
+        "nginx + musicd). Access logs are off except in the cells that say \"access logs on\" "
+        "(nginx `access_log ... combined buffer=64k flush=1s`, musicd `format = \"combined\"` to a file).",
         "",
         "| cell | conns | nginx req/s | musicd req/s | ratio | nginx MB/s | musicd MB/s | p99 ms nginx / musicd | errors nginx / musicd | CPU µs/req nginx / musicd | CPU s/GB nginx / musicd |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -322,6 +344,16 @@ http {{
                 f"| {name} | {conns} | {med(old, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | "
                 f"{med(m, 'rps') / med(old, 'rps'):.2f} | {med(old, 'p99'):.2f} / {med(m, 'p99'):.2f} | "
                 f"{med(old, 'cpu_us_req'):.1f} / {med(m, 'cpu_us_req'):.1f} |")
+    by_name = {(name, conns): runs for name, conns, runs in rows}
+    for plain, logged in [(("4 KiB file", 100), ("4 KiB file, access logs on", 100)),
+                          (("1,000 files of 2-8 KiB", 100), ("1,000 files of 2-8 KiB, access logs on", 100))]:
+        if plain in by_name and logged in by_name:
+            off, on = by_name[plain], by_name[logged]
+            lines.append(
+                f"\n{plain[0]}, {plain[1]} conns, access log on / off (same run): musicd "
+                f"{med(on['musicd'], 'rps') / med(off['musicd'], 'rps'):.2f}, nginx "
+                f"{med(on['nginx'], 'rps') / med(off['nginx'], 'rps'):.2f}; musicd CPU µs/req "
+                f"{med(off['musicd'], 'cpu_us_req'):.1f} off, {med(on['musicd'], 'cpu_us_req'):.1f} on")
     rss = Path(f"/proc/{musicd['direct'].pid}/status").read_text()
     vmrss = re.search(r"VmRSS:\s+(\d+)", rss)
     lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "

@@ -73,6 +73,27 @@ pub enum ServeMode {
     XSendfile,
 }
 
+/// What the access log writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessLogFormat {
+    /// NCSA combined (nginx, Apache), then musicd's own fields.
+    Combined,
+    /// One JSON object per line.
+    Json,
+    /// No access log.
+    Off,
+}
+
+/// The access log.
+#[derive(Debug, Clone)]
+pub struct AccessLogConfig {
+    /// Its format.
+    pub format: AccessLogFormat,
+    /// The file (appended to, reopened on SIGUSR1); `None`: stderr.
+    pub path: Option<PathBuf>,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -111,6 +132,12 @@ pub struct Config {
     pub follow_symlinks: bool,
     /// Whether large bodies are sent with `sendfile(2)` (true) or copied at send time.
     pub zero_copy: bool,
+    /// The access log.
+    pub access_log: AccessLogConfig,
+    /// Peers whose `X-Forwarded-For` / `X-Real-IP` name the client.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Every connection starts with a PROXY protocol header (v1 or v2).
+    pub proxy_protocol: bool,
 }
 
 /// Limits on clients: every one has a safe default.
@@ -227,6 +254,17 @@ struct RawConfig {
     limits: RawLimits,
     follow_symlinks: Option<bool>,
     zero_copy: Option<bool>,
+    trusted_proxies: Option<Vec<String>>,
+    proxy_protocol: Option<bool>,
+    #[serde(default)]
+    access_log: RawAccessLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAccessLog {
+    format: Option<AccessLogFormat>,
+    path: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -287,7 +325,14 @@ struct RawRedis {
 }
 
 /// Tables whose keys may be set from `MUSICD_<TABLE>_<KEY>`.
-const TABLES: &[&str] = &["mongodb", "redis", "daemon", "cache", "limits"];
+const TABLES: &[&str] = &[
+    "mongodb",
+    "redis",
+    "daemon",
+    "cache",
+    "limits",
+    "access_log",
+];
 
 /// Where the configuration comes from; see [`Config::load`].
 #[derive(Debug, Default, Clone)]
@@ -624,6 +669,33 @@ impl RawConfig {
             max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
         };
 
+        let mut trusted_proxies = Vec::new();
+        let trusted = self
+            .trusted_proxies
+            .unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
+        for text in trusted {
+            // A bare address is a network of one.
+            let net = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    err_at(
+                        "trusted_proxies",
+                        format!("`{text}` is not a CIDR network (e.g. 10.0.0.0/8) or an address"),
+                    )
+                })?;
+            trusted_proxies.push(net);
+        }
+        let access_log = AccessLogConfig {
+            format: self.access_log.format.unwrap_or(AccessLogFormat::Combined),
+            path: self.access_log.path,
+        };
+        if let Some(path) = &access_log.path
+            && !path.is_absolute()
+        {
+            return Err(err_at("access_log.path", "must be an absolute path".into()));
+        }
+
         Ok(Config {
             source: file,
             listen,
@@ -647,6 +719,9 @@ impl RawConfig {
             limits,
             follow_symlinks: self.follow_symlinks.unwrap_or(false),
             zero_copy: self.zero_copy.unwrap_or(true),
+            access_log,
+            trusted_proxies,
+            proxy_protocol: self.proxy_protocol.unwrap_or(false),
         })
     }
 }
@@ -851,7 +926,23 @@ mod tests {
         .expect("sample config is valid");
         assert_eq!(cfg.listen.to_string(), "127.0.0.1:23001");
         // Every key the loader knows appears in the sample, so the sample stays the reference.
-        let table: toml::Table = text.parse().expect("toml");
+        // A key without a default (access_log.path: absent means stderr) is shown commented
+        // out, `# key = example`; it counts as documented.
+        let documented: String = text
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(rest)
+                    if rest.split_once(" = ").is_some_and(|(key, _)| {
+                        !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+                    }) =>
+                {
+                    rest
+                }
+                _ => line,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let table: toml::Table = documented.parse().expect("toml");
         let mut keys: Vec<String> = table
             .iter()
             .flat_map(|(k, v)| match v.as_table() {
@@ -860,7 +951,7 @@ mod tests {
             })
             .collect();
         keys.sort();
-        toml::from_str::<RawConfig>(&text).expect("every key is known");
+        toml::from_str::<RawConfig>(&documented).expect("every key is known");
         for (table_name, probe) in [
             ("", "zz_probe = 1"),
             ("mongodb.", "[mongodb]\nzz_probe = 1"),
@@ -868,12 +959,13 @@ mod tests {
             ("daemon.", "[daemon]\nzz_probe = 1"),
             ("cache.", "[cache]\nzz_probe = 1"),
             ("limits.", "[limits]\nzz_probe = 1"),
+            ("access_log.", "[access_log]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
                 if matches!(
                     key.as_str(),
-                    "mongodb" | "redis" | "daemon" | "cache" | "limits"
+                    "mongodb" | "redis" | "daemon" | "cache" | "limits" | "access_log"
                 ) {
                     continue;
                 }
@@ -886,7 +978,13 @@ mod tests {
     fn known_keys(probe: &str) -> Vec<String> {
         let err = toml::from_str::<RawConfig>(probe).expect_err("probe key is unknown");
         let text = err.to_string();
-        let list = text.split("expected one of").nth(1).expect("list of keys");
+        // serde says "expected one of `a`, `b`", "expected `a` or `b`" or "expected `a`".
+        let list = text
+            .split("expected one of")
+            .nth(1)
+            .or_else(|| text.split("expected").nth(1))
+            .expect("list of keys")
+            .replace(" or ", ",");
         list.split(',')
             .map(|k| {
                 k.trim()

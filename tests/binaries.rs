@@ -23,11 +23,9 @@ impl Daemon {
         let port = free_port();
         let log = env.dir.path().join("musicd.stderr");
         let stderr = std::fs::File::create(&log).expect("log file");
-        let mut command = Command::new(bin("musicd"));
+        let mut command = env.command("musicd");
         command
             .arg("run")
-            .arg("--config")
-            .arg(&env.config_file)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .env("RUST_LOG", "info")
@@ -140,33 +138,26 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
         .expect("musicd exits after draining");
     assert!(status.success(), "{status:?}");
 
+    // The access log (combined format, on stderr by default) beside the application log.
     let log = daemon.log_text();
-    let access: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("musicd::access"))
-        .collect();
+    let access: Vec<&str> = log.lines().filter(|l| l.contains(" - - [")).collect();
     assert!(access.len() >= 4, "one access line per request:\n{log}");
     let first = access
         .iter()
-        .find(|l| l.contains("req-abc-1"))
+        .find(|l| l.contains(" req-abc-1 "))
         .expect("request id logged");
-    for field in [
-        "status=206",
-        "bytes=100",
-        "latency_ms=",
-        "cache=miss",
-        "method=GET",
-    ] {
+    assert!(first.starts_with("127.0.0.1 - - ["), "{first}");
+    for field in ["\"GET /musicdb/", " HTTP/1.1\" 206 100 ", " miss "] {
         assert!(first.contains(field), "{field} missing in {first}");
     }
     assert!(
         access
             .iter()
             // Within a second of the first lookup the in-process cache answers.
-            .any(|l| l.contains("cache=local") && l.contains("bytes=10")),
+            .any(|l| l.contains("\" 206 10 ") && l.contains(" local ")),
         "{log}"
     );
-    assert!(access.iter().any(|l| l.contains("status=400")), "{log}");
+    assert!(access.iter().any(|l| l.contains("\" 400 ")), "{log}");
     assert!(log.contains("SIGTERM"), "{log}");
 }
 
@@ -300,4 +291,65 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
         .expect("run musicctl");
     assert_eq!(outside.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&outside.stderr).contains("not under any media root"));
+}
+
+/// Rotation as logrotate does it (`deploy/logrotate/musicd`: move, then SIGUSR1): every
+/// request has its line, before the move in the old file, after the signal in the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
+    let scratch = common::tempdir();
+    let path = scratch.path().join("access.log");
+    let setting = format!("access_log.path={}", path.display());
+    let env = TestEnv::shared_with(&[setting.as_str()]).await;
+    let (id, _) = env.track("r.mp3", &pattern(5000, 4)).await;
+    let mut daemon = Daemon::start(&env).await;
+    let url = format!("{}/musicdb/{}/r.mp3", daemon.base, id.to_hex());
+    let http = client();
+    for _ in 0..150 {
+        http.get(&url)
+            .send()
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body");
+    }
+    let rotated = scratch.path().join("access.log.1");
+    std::fs::rename(&path, &rotated).expect("rotate");
+    daemon.signal(libc::SIGUSR1);
+    // The reopen is asynchronous to the signal: wait until the new file exists.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "SIGUSR1 did not reopen the log");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for _ in 0..150 {
+        http.get(&url)
+            .send()
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body");
+    }
+    daemon.signal(libc::SIGTERM);
+    let status = daemon.wait(Duration::from_secs(10)).expect("musicd exits");
+    assert!(status.success(), "{status:?}");
+    let lines = |p: &std::path::Path| {
+        std::fs::read_to_string(p)
+            .expect("log")
+            .lines()
+            .filter(|l| l.contains("/r.mp3 HTTP/1.1\" 200 5000 "))
+            .count()
+    };
+    let (old, new) = (lines(&rotated), lines(&path));
+    assert_eq!(old + new, 300, "old {old} + new {new}");
+    assert!(
+        new >= 150,
+        "lines after the signal went to the new file: {new}"
+    );
+    assert!(
+        !daemon.log_text().contains(" - - ["),
+        "the access log is not on stderr"
+    );
 }

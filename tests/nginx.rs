@@ -198,8 +198,20 @@ async fn hostile_requests_are_answered_well_framed_directly_and_through_nginx() 
         );
         for (name, input) in &inputs {
             for (path, addr) in [("direct", direct), ("nginx", proxied)] {
-                let (output, _) = common::raw::send_and_read(addr, input);
-                if let Err(violation) = common::wire_check::check_exchange(input, &output) {
+                // Straight to musicd the strict check (requests as musicd frames them);
+                // through nginx, which skips field lines musicd refuses, the lenient one.
+                let checked = if path == "direct" {
+                    let output = common::raw::send_and_read(addr, input).0;
+                    (common::wire_check::check_exchange(input, &output), output)
+                } else {
+                    let quiet = std::time::Duration::from_secs(3);
+                    let output = common::raw::send_and_read_open(addr, input, quiet);
+                    (
+                        common::wire_check::check_exchange_lenient(input, &output),
+                        output,
+                    )
+                };
+                if let (Err(violation), output) = checked {
                     panic!(
                         "{name} ({path}): {violation}\noutput: {:?}",
                         String::from_utf8_lossy(&output)

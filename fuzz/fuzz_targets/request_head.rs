@@ -4,7 +4,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use musicd::http::h1::head::{BodyFraming, HeadLimits, MAX_DISCARDED_BODY, Target, parse_head};
+use musicd::http::h1::head::{
+    BodyFraming, HeadLimits, LogFields, MAX_DISCARDED_BODY, Target, parse_head,
+};
 
 fn track(path: &str) -> Option<String> {
     path.strip_prefix("/musicdb/").map(str::to_string)
@@ -21,8 +23,11 @@ fuzz_target!(|bytes: &[u8]| {
         if let BodyFraming::Length(length) = head.body {
             assert!(length > 0 && length <= MAX_DISCARDED_BODY);
         }
+        let target = LogFields::get(bytes, Some(head.log.target));
+        assert!(!target.is_empty() && head.log.target.1 as usize <= head.len);
         if let Target::Track { .. } = head.target {
-            assert!(head.log_path.starts_with("/musicdb/"));
+            let text = String::from_utf8_lossy(target);
+            assert!(text.starts_with("/musicdb/") || text.contains("://"), "{text}");
         }
     }
 });

@@ -197,6 +197,7 @@ async fn serve_until_stopped(
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let metrics = Arc::clone(&state.metrics);
+    let access_log = state.access_log.clone();
     let app = http::app(state, &config.route_prefixes);
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
@@ -210,7 +211,7 @@ async fn serve_until_stopped(
             }
         });
     }
-    tokio::spawn(other_signals(options.log_file.clone()));
+    tokio::spawn(other_signals(options.log_file.clone(), access_log));
     let options = ServeOptions {
         metrics: Some(metrics),
         ..ServeOptions::from_config(&config)
@@ -276,9 +277,12 @@ fn std_listener_clone(listener: &TcpListener) -> Result<std::net::TcpListener, D
     Ok(clone)
 }
 
-/// SIGUSR1 reopens the log file; SIGHUP is logged (reloads are the supervisor's job; the
-/// default action of SIGHUP would kill the process).
-async fn other_signals(log_file: Option<PathBuf>) {
+/// SIGUSR1 reopens the log file and the access log; SIGHUP is logged (reloads are the
+/// supervisor's job; the default action of SIGHUP would kill the process).
+async fn other_signals(
+    log_file: Option<PathBuf>,
+    access_log: Option<Arc<http::access_log::AccessLog>>,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut usr1), Ok(mut hup)) = (
         signal(SignalKind::user_defined1()),
@@ -290,6 +294,12 @@ async fn other_signals(log_file: Option<PathBuf>) {
     loop {
         tokio::select! {
             _ = usr1.recv() => {
+                if let Some(log) = &access_log {
+                    match log.reopen() {
+                        Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
+                        Err(err) => tracing::error!(error = %err, "cannot reopen the access log"),
+                    }
+                }
                 if let Some(path) = &log_file {
                     match open_log(path) {
                         Ok(file) => match sys::redirect_output(&file) {

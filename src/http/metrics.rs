@@ -28,6 +28,71 @@ const BUCKETS: [f64; 12] = [
     0.000_01, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.1, 1.0,
 ];
 
+/// Upper bounds of the request duration and time-to-first-byte histograms, in seconds.
+const REQUEST_BUCKETS: [f64; 14] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+];
+
+/// Status classes of the request histograms.
+const CLASSES: [&str; 5] = ["2xx", "3xx", "4xx", "5xx", "other"];
+
+fn class_index(status: u16) -> usize {
+    match status / 100 {
+        2 => 0,
+        3 => 1,
+        4 => 2,
+        5 => 3,
+        _ => 4,
+    }
+}
+
+/// A latency histogram per route and status class: one relaxed add per bucket crossed.
+#[derive(Debug, Default)]
+struct RequestHistogram {
+    buckets: [[[AtomicU64; REQUEST_BUCKETS.len()]; CLASSES.len()]; Route::ALL.len()],
+    count: [[AtomicU64; CLASSES.len()]; Route::ALL.len()],
+    sum_ns: [[AtomicU64; CLASSES.len()]; Route::ALL.len()],
+}
+
+impl RequestHistogram {
+    fn observe(&self, route: Route, status: u16, elapsed: Duration) {
+        let (r, c) = (route.index(), class_index(status));
+        let seconds = elapsed.as_secs_f64();
+        // Stored per bucket, summed when rendered: one add on the request path.
+        if let Some(i) = REQUEST_BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.buckets[r][c][i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count[r][c].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns[r][c].fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (r, route) in Route::ALL.iter().enumerate() {
+            for (c, class) in CLASSES.iter().enumerate() {
+                let count = self.count[r][c].load(Ordering::Relaxed);
+                if count == 0 {
+                    continue;
+                }
+                let labels = format!("route=\"{}\",status=\"{class}\"", route.label());
+                let mut cumulative = 0;
+                for (bucket, bound) in self.buckets[r][c].iter().zip(REQUEST_BUCKETS) {
+                    cumulative += bucket.load(Ordering::Relaxed);
+                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
+                }
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+                let sum = self.sum_ns[r][c].load(Ordering::Relaxed) as f64 / 1e9;
+                let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+                let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+            }
+        }
+    }
+}
+
 /// All counters of one server.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -42,6 +107,8 @@ pub struct Metrics {
     mongodb_errors: AtomicU64,
     in_flight: AtomicI64,
     open_connections: AtomicI64,
+    durations: RequestHistogram,
+    ttfb: RequestHistogram,
 }
 
 impl Metrics {
@@ -61,6 +128,20 @@ impl Metrics {
         self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
         if let Some(i) = OUTCOMES.iter().position(|o| *o == cache) {
             self.cache[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// How long an exchange took, and how long until its response head was written.
+    pub fn observe_request(
+        &self,
+        route: Route,
+        status: u16,
+        duration: Duration,
+        ttfb: Option<Duration>,
+    ) {
+        self.durations.observe(route, status, duration);
+        if let Some(ttfb) = ttfb {
+            self.ttfb.observe(route, status, ttfb);
         }
     }
 
@@ -186,6 +267,16 @@ impl Metrics {
             get(&self.latency_sum_ns) as f64 / 1e9
         );
         let _ = writeln!(out, "musicd_resolve_seconds_count {count}");
+        self.durations.render(
+            &mut out,
+            "musicd_request_duration_seconds",
+            "Time from a request's head to the end of its response, by route and status class.",
+        );
+        self.ttfb.render(
+            &mut out,
+            "musicd_ttfb_seconds",
+            "Time from a request's head to its response head being written, by route and status class.",
+        );
         let _ = writeln!(
             out,
             "# HELP musicd_upstream_errors_total Failed calls to Redis and MongoDB."

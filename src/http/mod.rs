@@ -9,8 +9,9 @@
 //! * every handler returns an `answer::Answer`; `error` maps failures to their status;
 //! * `access_log` counts the exchange in [`metrics`] and logs it.
 
-pub(crate) mod access_log;
+pub mod access_log;
 pub(crate) mod answer;
+pub mod client;
 pub(crate) mod error;
 pub mod file;
 pub mod h1;
@@ -46,6 +47,9 @@ pub enum ServerError {
     /// The MongoDB URI is unusable.
     #[error(transparent)]
     Mongo(#[from] crate::catalog::mongo::StoreError),
+    /// The access log file cannot be opened.
+    #[error("access log: {0}")]
+    AccessLog(#[source] std::io::Error),
     /// A config value cannot be a header.
     #[error("cache_control is not a valid header value")]
     CacheControl,
@@ -65,6 +69,8 @@ pub struct AppState {
     pub started: Instant,
     /// Counters for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
+    /// The access log, when it is on.
+    pub access_log: Option<Arc<access_log::AccessLog>>,
 }
 
 impl AppState {
@@ -98,6 +104,8 @@ impl AppState {
             files: Arc::new(files),
             started: Instant::now(),
             metrics: Arc::new(metrics::Metrics::default()),
+            access_log: access_log::AccessLog::open(&config.access_log)
+                .map_err(ServerError::AccessLog)?,
         })
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use super::App;
+use super::access_log::LogBuffer;
+use super::client::TrustedProxies;
 use super::h1::{busy, conn, head::HeadLimits};
 use super::metrics;
 
@@ -34,6 +36,10 @@ pub struct ServeOptions {
     pub max_uri_bytes: usize,
     /// Connections served at once; beyond, a 503 and close.
     pub max_connections: usize,
+    /// Peers whose forwarding headers name the client.
+    pub trusted_proxies: Arc<TrustedProxies>,
+    /// Connections start with a PROXY protocol header.
+    pub proxy_protocol: bool,
 }
 
 impl ServeOptions {
@@ -49,6 +55,8 @@ impl ServeOptions {
             max_header_bytes: config.limits.max_header_bytes,
             max_uri_bytes: config.limits.max_uri_bytes,
             max_connections: config.limits.max_connections,
+            trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
+            proxy_protocol: config.proxy_protocol,
         }
     }
 }
@@ -103,6 +111,15 @@ pub async fn serve(
         ..Connections::default()
     };
     let grace = options.grace;
+    // One buffer per call, so per event loop in `musicd run`: its lock is never contended.
+    let log = app
+        .state
+        .access_log
+        .as_ref()
+        .map(|log| Arc::new(LogBuffer::new(Arc::clone(log))));
+    let flusher = log
+        .as_ref()
+        .map(|log| tokio::spawn(Arc::clone(log).flush_every_interval()));
     let shared = Arc::new(conn::Shared {
         app,
         limits: HeadLimits {
@@ -110,6 +127,7 @@ pub async fn serve(
             max_header_bytes: options.max_header_bytes,
         },
         options,
+        log: log.clone(),
     });
     tokio::pin!(shutdown);
     let mut accept_backoff = Duration::from_millis(5);
@@ -118,7 +136,7 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(pair) => {
                 accept_backoff = Duration::from_millis(5);
                 pair
@@ -144,7 +162,7 @@ pub async fn serve(
         tokio::spawn(async move {
             let _guard = guard;
             let _slot = slot;
-            conn::serve_connection(stream, shared, stop).await;
+            conn::serve_connection(stream, peer, shared, stop).await;
         });
     }
     drop(listener);
@@ -163,6 +181,13 @@ pub async fn serve(
                 break;
             }
         }
+    }
+    if let Some(flusher) = flusher {
+        flusher.abort();
+    }
+    // Every exchange that finished has its line.
+    if let Some(log) = &log {
+        log.flush();
     }
     Ok(())
 }

@@ -52,6 +52,17 @@ pub fn send_and_read(addr: SocketAddr, input: &[u8]) -> (Vec<u8>, Option<std::io
     read_to_close(&mut stream)
 }
 
+/// Sends `input` without half-closing (a proxy like nginx may take a half-close for a
+/// client that left and cut the answer) and reads until the server closes or is silent
+/// for `quiet`.
+pub fn send_and_read_open(addr: SocketAddr, input: &[u8], quiet: Duration) -> Vec<u8> {
+    let mut stream = connect(addr);
+    stream.set_read_timeout(Some(quiet)).expect("timeout");
+    let _ = stream.write_all(input);
+    let (output, _) = read_to_close(&mut stream);
+    output
+}
+
 /// [`wire_check::check_exchange`], panicking with both sides on a violation.
 pub fn checked(input: &[u8], output: &[u8]) -> Vec<Response> {
     match wire_check::check_exchange(input, output) {

@@ -25,13 +25,14 @@
 
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, Version};
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -39,11 +40,13 @@ use tokio::time::Instant;
 
 use super::dispatch::{self, Dispatched};
 use super::framing::CONTINUE;
-use super::head::{self, HeadError, HeadLimits, RequestHead};
+use super::head::{self, HeadError, HeadLimits, LogFields, RequestHead};
+use super::proxy_protocol::{self, Proxied};
 use super::request_body::BodyReader;
 use super::request_id::RequestId;
 use crate::catalog::CacheOutcome;
-use crate::http::access_log::{self, Finished};
+use crate::http::access_log::format::Entry;
+use crate::http::access_log::{self, Finished, LogBuffer};
 use crate::http::answer::Answer;
 use crate::http::routes::Route;
 use crate::http::{App, ServeOptions};
@@ -70,13 +73,22 @@ pub struct Shared {
     pub options: ServeOptions,
     /// Head size limits.
     pub limits: HeadLimits,
+    /// This event loop's access-log buffer, when the log is on.
+    pub log: Option<Arc<LogBuffer>>,
 }
 
-/// Serves one connection until it closes, fails, times out or the server stops.
-pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
+/// Serves one connection from `peer` until it closes, fails, times out or the server
+/// stops.
+pub async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Receiver<bool>,
+) {
     let now = Instant::now();
     let stopping = *stop.borrow();
     let fd = stream.as_raw_fd();
+    let logging = shared.log.is_some();
     let mut signal = stop.clone();
     let timer = Box::pin(tokio::time::sleep_until(
         now + shared.options.header_read_timeout,
@@ -96,7 +108,9 @@ pub async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, stop: watc
         stopping_since: stopping.then_some(now),
         served: 0,
         accepted: now,
-        logging: access_log::enabled(),
+        peer: peer.ip(),
+        head_written: None,
+        logging,
     };
     connection.run().await;
 }
@@ -119,7 +133,11 @@ pub(super) struct Connection {
     stopping_since: Option<Instant>,
     served: u64,
     accepted: Instant,
-    /// Whether access-log lines are written (checked once per connection).
+    /// The peer, or the client a PROXY protocol header named.
+    peer: IpAddr,
+    /// When the current response's head was written (time to first byte).
+    pub(super) head_written: Option<std::time::Instant>,
+    /// Whether access-log lines are written.
     logging: bool,
 }
 
@@ -160,6 +178,9 @@ pub(super) enum After {
 impl Connection {
     async fn run(&mut self) {
         let logging = self.logging;
+        if self.shared.options.proxy_protocol && !self.read_proxy_header().await {
+            return;
+        }
         let mut head_started: Option<Instant> = None;
         loop {
             let tracks = &self.shared.app.tracks;
@@ -193,7 +214,13 @@ impl Connection {
                     return;
                 }
             };
-            self.input.advance(head.len);
+            // Logging keeps the head's bytes (shared, not copied) for the line's fields.
+            let raw = if logging {
+                self.input.split_to(head.len).freeze()
+            } else {
+                self.input.advance(head.len);
+                Bytes::new()
+            };
             head_started = None;
             if let Some(body) = BodyReader::new(head.body) {
                 match self.read_body(body, head.expect_continue).await {
@@ -212,7 +239,7 @@ impl Connection {
             }
             // Boxed (as is `refuse`): an exchange's future is a kilobyte and more, held only
             // while it runs instead of by every waiting connection.
-            match Box::pin(self.exchange(head)).await {
+            match Box::pin(self.exchange(head, &raw)).await {
                 After::KeepAlive => {}
                 After::Close => {
                     if self.flush().await.is_ok() {
@@ -227,6 +254,31 @@ impl Connection {
                 // An idle keep-alive connection holds no buffer (thousands of them wait
                 // for every one that is busy); the next request allocates afresh.
                 self.input = BytesMut::new();
+            }
+        }
+    }
+
+    /// Reads the PROXY protocol header the connection must start with, and takes the
+    /// client from it. `false`: there is none (the connection is closed).
+    async fn read_proxy_header(&mut self) -> bool {
+        loop {
+            match proxy_protocol::parse(&self.input) {
+                Proxied::Header { source, len } => {
+                    if let Some(client) = source {
+                        self.peer = client;
+                    }
+                    self.input.advance(len);
+                    return true;
+                }
+                Proxied::Invalid => {
+                    tracing::debug!(peer = %self.peer, "connection without a valid PROXY header");
+                    return false;
+                }
+                Proxied::Incomplete => {
+                    if self.read_more(Wait::FirstHead).await != Read::Data {
+                        return false;
+                    }
+                }
             }
         }
     }
@@ -329,10 +381,10 @@ impl Connection {
         }
     }
 
-    /// Answers one request.
-    async fn exchange(&mut self, head: RequestHead) -> After {
-        // The clock is read only for the access log's latency field.
-        let started = self.logging.then(std::time::Instant::now);
+    /// Answers one request; `raw` holds its head's bytes when logging.
+    async fn exchange(&mut self, head: RequestHead, raw: &Bytes) -> After {
+        let started = std::time::Instant::now();
+        self.head_written = None;
         let shared = Arc::clone(&self.shared);
         let metrics = &shared.app.state.metrics;
         metrics.response_started();
@@ -353,18 +405,43 @@ impl Connection {
             Ok((bytes, false)) => (bytes, true, After::Close),
             Err(bytes) => (bytes, false, After::Abort),
         };
+        let line = self.logging.then(|| {
+            let fields = &head.log;
+            let (forwarded, count) = fields.forwarded_for(raw);
+            let real_ip = LogFields::get(raw, fields.real_ip);
+            let client = shared.options.trusted_proxies.client(
+                self.peer,
+                &forwarded[..count],
+                (!real_ip.is_empty()).then_some(real_ip),
+            );
+            Entry {
+                client,
+                method: head.method.as_str(),
+                target: LogFields::get(raw, Some(fields.target)),
+                version: head.version,
+                status: status.as_u16(),
+                bytes,
+                referer: LogFields::get(raw, fields.referer),
+                user_agent: LogFields::get(raw, fields.user_agent),
+                range: LogFields::get(raw, fields.range),
+                request_id: &request_id,
+                cache: outcome,
+                latency: Duration::ZERO,
+                ttfb: Duration::ZERO,
+                complete,
+            }
+        });
         access_log::finish(
             metrics,
+            shared.log.as_deref(),
             Finished {
                 route,
                 status: status.as_u16(),
                 bytes,
                 cache: outcome,
-                complete,
-                method: &head.method,
-                path: &head.log_path,
-                request_id: &request_id,
                 started,
+                head_written: self.head_written,
+                line,
             },
         );
         after
@@ -372,8 +449,10 @@ impl Connection {
 
     /// Answers a request that cannot be served, then closes (staged).
     async fn refuse(&mut self, refusal: HeadError, is_head: bool) {
-        let started = self.logging.then(std::time::Instant::now);
-        let metrics = Arc::clone(&self.shared.app.state.metrics);
+        let started = std::time::Instant::now();
+        self.head_written = None;
+        let shared = Arc::clone(&self.shared);
+        let metrics = &shared.app.state.metrics;
         metrics.response_started();
         let request_id = RequestId::next();
         let answer = Answer::json_error(refusal.status(), &refusal.to_string());
@@ -385,18 +464,35 @@ impl Connection {
             Ok((bytes, _)) | Err(bytes) => bytes,
         };
         let flushed = self.flush().await.is_ok();
+        // The request could not be read, so the line has no request; its client is the
+        // peer (forwarding headers were not read either).
+        let line = self.logging.then(|| Entry {
+            client: self.peer,
+            method: if is_head { "HEAD" } else { "-" },
+            target: b"",
+            version: Version::HTTP_11,
+            status: status.as_u16(),
+            bytes,
+            referer: b"",
+            user_agent: b"",
+            range: b"",
+            request_id: &request_id,
+            cache: CacheOutcome::None,
+            latency: Duration::ZERO,
+            ttfb: Duration::ZERO,
+            complete: flushed,
+        });
         access_log::finish(
-            &metrics,
+            metrics,
+            shared.log.as_deref(),
             Finished {
                 route: Route::Other,
                 status: status.as_u16(),
                 bytes,
                 cache: CacheOutcome::None,
-                complete: flushed,
-                method: &Method::GET,
-                path: "",
-                request_id: &request_id,
                 started,
+                head_written: self.head_written,
+                line,
             },
         );
         if flushed {

@@ -141,12 +141,84 @@ pub struct RequestHead {
     pub expect_continue: bool,
     /// `X-Request-Id` from a proxy, when short and plain.
     pub request_id: Option<String>,
-    /// The path (without query), for the access log; empty unless asked for.
-    pub log_path: String,
+    /// Where the access log's fields are in the head's bytes (when logging).
+    pub log: LogFields,
     /// Routed target.
     pub target: Target,
     /// Bytes of the buffer the head took.
     pub len: usize,
+}
+
+/// A range of the head's bytes.
+pub type Span = (u32, u32);
+
+/// Where the fields the access log (and the client address) need are in a head's bytes,
+/// so they are read from the head itself, after the exchange, without copying.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LogFields {
+    /// The request target as received.
+    pub target: Span,
+    /// `User-Agent`.
+    pub user_agent: Option<Span>,
+    /// `Referer`.
+    pub referer: Option<Span>,
+    /// `Range`.
+    pub range: Option<Span>,
+    /// The last `X-Forwarded-For` lines, in order (proxies append on the right).
+    pub forwarded_for: [Option<Span>; 4],
+    /// `X-Real-IP`.
+    pub real_ip: Option<Span>,
+}
+
+impl LogFields {
+    /// The bytes of `span` in `head` (empty when absent).
+    pub fn get(head: &[u8], span: Option<Span>) -> &[u8] {
+        span.and_then(|(start, end)| head.get(start as usize..end as usize))
+            .unwrap_or_default()
+    }
+
+    /// The `X-Forwarded-For` lines present.
+    pub fn forwarded_for<'h>(&self, head: &'h [u8]) -> ([&'h [u8]; 4], usize) {
+        let mut lines: [&[u8]; 4] = [&[]; 4];
+        let mut count = 0;
+        for span in self.forwarded_for.iter().flatten() {
+            lines[count] = Self::get(head, Some(*span));
+            count += 1;
+        }
+        (lines, count)
+    }
+
+    fn read(buf: &[u8], target: &str, headers: &[httparse::Header<'_>]) -> LogFields {
+        let span = |part: &[u8]| -> Span {
+            let start = (part.as_ptr() as usize).saturating_sub(buf.as_ptr() as usize);
+            (start as u32, (start + part.len()) as u32)
+        };
+        let mut fields = LogFields {
+            target: span(target.as_bytes()),
+            ..LogFields::default()
+        };
+        for header in headers {
+            let name = header.name;
+            let slot = if name.eq_ignore_ascii_case("user-agent") {
+                &mut fields.user_agent
+            } else if name.eq_ignore_ascii_case("referer") {
+                &mut fields.referer
+            } else if name.eq_ignore_ascii_case("range") {
+                &mut fields.range
+            } else if name.eq_ignore_ascii_case("x-real-ip") {
+                &mut fields.real_ip
+            } else if name.eq_ignore_ascii_case("x-forwarded-for") {
+                // Keep the last four lines: the right end is what trusted proxies wrote.
+                fields.forwarded_for.rotate_left(1);
+                fields.forwarded_for[3] = Some(span(header.value));
+                continue;
+            } else {
+                continue;
+            };
+            slot.get_or_insert(span(header.value));
+        }
+        fields
+    }
 }
 
 /// Reads a request head from the start of `buf`. `Ok(None)`: not complete yet.
@@ -156,7 +228,7 @@ pub struct RequestHead {
 pub fn parse_head(
     buf: &[u8],
     limits: HeadLimits,
-    log_path: bool,
+    log: bool,
     track_id: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<RequestHead>, HeadError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -210,10 +282,10 @@ pub fn parse_head(
         origin_form(target, &method)?
     };
     let path = origin.split_once('?').map_or(origin, |(path, _)| path);
-    let log_path = if log_path {
-        path.chars().take(256).collect()
+    let log = if log {
+        LogFields::read(buf, target, headers)
     } else {
-        String::new()
+        LogFields::default()
     };
     let target = match track_id(path) {
         Some(id) => Target::Track {
@@ -240,7 +312,7 @@ pub fn parse_head(
         body: fields.body,
         expect_continue: fields.expect_continue,
         request_id: fields.request_id,
-        log_path,
+        log,
         target,
         len,
     }))
@@ -519,7 +591,9 @@ X-Request-Id: req-1\r\n\r\nGET /next",
         );
         assert!(head.keep_alive);
         assert_eq!(head.request_id.as_deref(), Some("req-1"));
-        assert_eq!(head.log_path, "/t/abc");
+        let raw = "GET /t/abc?x=1 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1".as_bytes();
+        assert_eq!(LogFields::get(raw, Some(head.log.target)), b"/t/abc?x=1");
+        assert_eq!(LogFields::get(raw, head.log.range), b"bytes=0-1");
         let Target::Track { id, request } = head.target else {
             panic!("not the track route");
         };
@@ -542,7 +616,6 @@ X-Request-Id: req-1\r\n\r\nGET /next",
     #[test]
     fn absolute_form_targets_route_by_their_path() {
         let head = complete("GET http://elsewhere:81/t/abc?x HTTP/1.1\r\nHost: h\r\n\r\n");
-        assert_eq!(head.log_path, "/t/abc");
         assert!(matches!(head.target, Target::Track { ref id, .. } if id == "abc"));
         let head = complete("GET HTTPS://h HTTP/1.1\r\nHost: h\r\n\r\n");
         assert!(matches!(head.target, Target::Other { ref uri, .. } if uri.path() == "/"));
@@ -717,6 +790,24 @@ X-Request-Id: req-1\r\n\r\nGET /next",
             expect(&format!("{h}Expect: 200-ok\r\n\r\n")),
             Err(HeadError::Expectation)
         );
+    }
+
+    #[test]
+    fn log_fields_point_into_the_head() {
+        let text = "GET /a HTTP/1.1\r\nHost: h\r\nUser-Agent: VLC\r\nReferer: http://r/\r\n\
+X-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2, 3.3.3.3\r\nX-Real-IP: 4.4.4.4\r\n\r\n";
+        let head = complete(text);
+        let raw = text.as_bytes();
+        assert_eq!(LogFields::get(raw, head.log.user_agent), b"VLC");
+        assert_eq!(LogFields::get(raw, head.log.referer), b"http://r/");
+        assert_eq!(LogFields::get(raw, head.log.real_ip), b"4.4.4.4");
+        assert_eq!(LogFields::get(raw, head.log.range), b"");
+        let (lines, count) = head.log.forwarded_for(raw);
+        assert_eq!(&lines[..count], &[&b"1.1.1.1"[..], b"2.2.2.2, 3.3.3.3"]);
+        let unlogged = parse_head(raw, LIMITS, false, track)
+            .expect("valid")
+            .expect("complete");
+        assert_eq!(unlogged.log, LogFields::default());
     }
 
     #[test]

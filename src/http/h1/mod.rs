@@ -16,6 +16,7 @@ pub(crate) mod conn;
 mod dispatch;
 pub(crate) mod framing;
 pub mod head;
+pub(crate) mod proxy_protocol;
 pub(crate) mod request_body;
 pub(crate) mod request_id;
 mod send;

@@ -75,6 +75,7 @@ impl Connection {
                 request_id,
             },
         );
+        self.head_written = Some(std::time::Instant::now());
         if !decision.send_body {
             return Ok((0, decision.keep_alive));
         }
