@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 REL = ROOT / "target" / "release"
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-# Comma-separated substrings of cell names to run (all by default); a partial run prints
+# "|"-separated substrings of cell names (names contain commas) to run (all by default); a partial run prints
 # its table but does not replace the committed results file.
-ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split(",") if c]
+ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split("|") if c]
 # Another musicd build (e.g. the last commit's) to measure against in the same run: every
 # direct-mode cell then also runs it, alternated with the others, and a second table gives
 # this build's ratio to it.

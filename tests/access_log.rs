@@ -16,7 +16,10 @@ async fn logging_server(
 ) -> (TestEnv, common::Musicd, PathBuf, tempfile::TempDir, String) {
     let scratch = common::tempdir();
     let path = scratch.path().join("access.log");
-    let mut settings = vec![format!("access_log.path={}", path.display())];
+    let mut settings = vec![
+        format!("access_log.path={}", path.display()),
+        "access_log.format=combined".to_string(),
+    ];
     settings.extend(extra.iter().map(|s| s.to_string()));
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
     let env = TestEnv::shared_with(&settings).await;

@@ -81,7 +81,7 @@ impl Drop for Daemon {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
-    let env = TestEnv::new().await;
+    let env = TestEnv::shared_with(&["access_log.format=combined"]).await;
     let big = pattern(24 * 1024 * 1024, 1);
     let (id, _) = env.track("big.mp3", &big).await;
     let mut daemon = Daemon::start(&env).await;
@@ -300,7 +300,7 @@ async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
     let scratch = common::tempdir();
     let path = scratch.path().join("access.log");
     let setting = format!("access_log.path={}", path.display());
-    let env = TestEnv::shared_with(&[setting.as_str()]).await;
+    let env = TestEnv::shared_with(&[setting.as_str(), "access_log.format=combined"]).await;
     let (id, _) = env.track("r.mp3", &pattern(5000, 4)).await;
     let mut daemon = Daemon::start(&env).await;
     let url = format!("{}/musicdb/{}/r.mp3", daemon.base, id.to_hex());

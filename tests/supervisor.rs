@@ -253,7 +253,7 @@ async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigusr1_reopens_the_log_file_after_rotation() {
-    let env = TestEnv::shared_with(&[]).await;
+    let env = TestEnv::shared_with(&["access_log.format=combined"]).await;
     let daemon = Supervised::start(&env);
     let log = env.config.daemon.log_file.clone();
     let rotated = log.with_extension("log.1");
@@ -344,4 +344,74 @@ async fn musicd_run_notifies_ready_after_it_accepts_and_stopping_on_sigterm() {
     assert!(stopping, "STOPPING=1 on SIGTERM");
     let status = child.wait().expect("exit");
     assert!(status.success());
+}
+
+/// `ops_listen`: the supervisor binds the ops address too and hands both sockets to every
+/// worker, so `/metrics` and `/readyz` answer there (and 404 on the public address) and
+/// keep answering across a zero-downtime restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_address_is_handed_to_every_worker() {
+    let ops_port = free_port();
+    let setting = format!("ops_listen=127.0.0.1:{ops_port}");
+    let env = TestEnv::shared_with(&[setting.as_str()]).await;
+    let (id, _) = env.track("o.mp3", &pattern(1000, 3)).await;
+    let daemon = Supervised::start(&env);
+    let public = daemon.base_url();
+    let ops = format!("http://127.0.0.1:{ops_port}");
+    let http = client();
+    let status = |url: String| {
+        let http = http.clone();
+        async move { http.get(url).send().await.expect("GET").status() }
+    };
+    for round in ["first worker", "after restart"] {
+        assert_eq!(
+            status(format!("{public}/metrics")).await,
+            StatusCode::NOT_FOUND,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{public}/readyz")).await,
+            StatusCode::NOT_FOUND,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{public}/healthz")).await,
+            StatusCode::OK,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{public}/musicdb/{}/o.mp3", id.to_hex())).await,
+            StatusCode::OK,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{ops}/metrics")).await,
+            StatusCode::OK,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{ops}/readyz")).await,
+            StatusCode::OK,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{ops}/healthz")).await,
+            StatusCode::OK,
+            "{round}"
+        );
+        assert_eq!(
+            status(format!("{ops}/musicdb/{}/o.mp3", id.to_hex())).await,
+            StatusCode::NOT_FOUND,
+            "{round}: tracks are not served on the ops address"
+        );
+        if round == "first worker" {
+            let restart = daemon.ctl("restart");
+            assert!(
+                restart.status.success(),
+                "{}",
+                String::from_utf8_lossy(&restart.stderr)
+            );
+        }
+    }
+    assert!(daemon.ctl("stop").status.success());
 }

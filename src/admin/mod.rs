@@ -8,6 +8,7 @@ pub mod progress;
 pub mod purge;
 pub mod reindex;
 pub mod resolve;
+pub mod sign;
 
 use std::sync::Arc;
 

@@ -93,6 +93,23 @@ enum Command {
         #[arg(long)]
         limit: Option<u64>,
     },
+    /// Print a signed, expiring URL for a track ([signing] keys).
+    Sign {
+        /// The track's ObjectId.
+        id: String,
+        /// How long the link is valid: 1h, 30m, 2d, or seconds.
+        #[arg(long, default_value = "1h")]
+        ttl: String,
+        /// Sign with this key (default: the first).
+        #[arg(long)]
+        kid: Option<String>,
+        /// Scheme and host of the URL (default: http://{listen}).
+        #[arg(long)]
+        base: Option<String>,
+        /// A cosmetic file name to end the path with (not signed).
+        #[arg(long)]
+        name: Option<String>,
+    },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -121,6 +138,28 @@ fn run() -> anyhow::Result<ExitCode> {
         Command::Import { .. } => Config::load(&sources)?,
         _ => Config::load_for_control(&sources)?,
     };
+    if let Command::Sign {
+        id,
+        ttl,
+        kid,
+        base,
+        name,
+    } = &cli.command
+    {
+        let ttl = admin::sign::parse_ttl(ttl)?;
+        println!(
+            "{}",
+            admin::sign::signed_url(
+                &config,
+                id,
+                ttl,
+                kid.as_deref(),
+                base.as_deref(),
+                name.as_deref()
+            )?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -204,6 +243,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Sign { .. } => unreachable!("answered before the runtime starts"),
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;
                 if json {

@@ -89,15 +89,26 @@ fn open_log(path: &PathBuf) -> Result<std::fs::File, DaemonError> {
         })
 }
 
-/// The socket passed by systemd or the supervisor, if any (`LISTEN_FDS=1`, fd 3).
+/// Sockets passed by systemd or the supervisor.
+#[derive(Default)]
+struct Inherited {
+    /// The public listener (`listen`).
+    http: Option<std::net::TcpListener>,
+    /// The ops listener (`ops_listen`).
+    ops: Option<std::net::TcpListener>,
+}
+
+/// The sockets passed by systemd or the supervisor, if any (`LISTEN_FDS`, from fd 3): the
+/// first is the public one, a second (or one named `ops` in `LISTEN_FDNAMES`) the ops one.
 ///
 /// systemd also sets `LISTEN_PID` to the receiving process; when it is present it must be
 /// ours. The supervisor leaves it out: Rust's `Command` fixes the child's environment
 /// before fork, so the child's own pid cannot be put there, and the variables are only
 /// ever set for the worker it execs.
-fn inherited_listener() -> Result<Option<std::net::TcpListener>, DaemonError> {
+fn inherited_listeners() -> Result<Inherited, DaemonError> {
     let count = std::env::var("LISTEN_FDS").ok();
     let target = std::env::var("LISTEN_PID").ok();
+    let names = std::env::var("LISTEN_FDNAMES").ok();
     // SAFETY: called from `run` before the runtime (or any other thread) exists, which is
     // what remove_var requires. Removing them keeps them from leaking to any child.
     unsafe {
@@ -106,32 +117,46 @@ fn inherited_listener() -> Result<Option<std::net::TcpListener>, DaemonError> {
         std::env::remove_var("LISTEN_FDNAMES");
     }
     let Some(count) = count else {
-        return Ok(None);
+        return Ok(Inherited::default());
     };
     if target.is_some_and(|pid| pid.trim() != std::process::id().to_string()) {
-        return Ok(None);
+        return Ok(Inherited::default());
     }
-    let count: u32 = count.trim().parse().map_err(|_| {
+    let count: RawFd = count.trim().parse().map_err(|_| {
         DaemonError::Inherited(std::io::Error::other(format!(
             "LISTEN_FDS={count} is not a number"
         )))
     })?;
-    if count == 0 {
-        return Ok(None);
-    }
     const LISTEN_FDS_START: RawFd = 3;
-    // SAFETY: LISTEN_FDS says fd 3 is a listening socket handed to this process alone; we
-    // take ownership of it exactly once, and mark it close-on-exec as sd_listen_fds does.
-    let listener = unsafe {
-        let flags = libc::fcntl(LISTEN_FDS_START, libc::F_GETFD);
-        if flags < 0 {
-            return Err(DaemonError::Inherited(std::io::Error::last_os_error()));
+    let names: Vec<String> = names
+        .map(|n| n.split(':').map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut inherited = Inherited::default();
+    for index in 0..count.clamp(0, 2) {
+        let fd = LISTEN_FDS_START + index;
+        // SAFETY: LISTEN_FDS says fd 3 onwards are listening sockets handed to this
+        // process alone; each is taken exactly once and marked close-on-exec, as
+        // sd_listen_fds does.
+        let listener = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 {
+                return Err(DaemonError::Inherited(std::io::Error::last_os_error()));
+            }
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            std::net::TcpListener::from_raw_fd(fd)
+        };
+        listener.local_addr().map_err(DaemonError::Inherited)?;
+        let is_ops = match names.get(index as usize) {
+            Some(name) if !name.is_empty() => name == "ops",
+            _ => index == 1,
+        };
+        if is_ops {
+            inherited.ops = Some(listener);
+        } else {
+            inherited.http = Some(listener);
         }
-        libc::fcntl(LISTEN_FDS_START, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-        std::net::TcpListener::from_raw_fd(LISTEN_FDS_START)
-    };
-    listener.local_addr().map_err(DaemonError::Inherited)?;
-    Ok(Some(listener))
+    }
+    Ok(inherited)
 }
 
 /// Serves in the foreground until SIGTERM or SIGINT.
@@ -144,7 +169,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
         })?;
     }
     init_logging(&config.log_level);
-    let inherited = inherited_listener()?;
+    let inherited = inherited_listeners()?;
     // SAFETY: as above, no other thread exists yet.
     let watchdog = unsafe { sd_notify::watchdog_enabled_and_unset_env() };
     // The first of the per-core event loops runs here; see `serve_until_stopped`.
@@ -163,10 +188,17 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
 async fn serve_until_stopped(
     config: Config,
     options: RunOptions,
-    inherited: Option<std::net::TcpListener>,
+    inherited: Inherited,
     watchdog: Option<Duration>,
 ) -> Result<(), DaemonError> {
-    let std_listener = match inherited {
+    let ops_listener = match (inherited.ops, config.ops_listen) {
+        (_, None) => None,
+        (Some(listener), Some(_)) => Some(listener),
+        (None, Some(addr)) => Some(
+            sys::listen(addr, sys::BACKLOG).map_err(|source| DaemonError::Bind { addr, source })?,
+        ),
+    };
+    let std_listener = match inherited.http {
         Some(listener) => listener,
         None => sys::listen(config.listen, sys::BACKLOG).map_err(|source| DaemonError::Bind {
             addr: config.listen,
@@ -216,12 +248,38 @@ async fn serve_until_stopped(
         metrics: Some(metrics),
         ..ServeOptions::from_config(&config)
     };
+
     // One single-threaded event loop per core, each accepting on its own descriptor of the
     // same socket, like nginx's worker processes. Against tokio's work-stealing scheduler
     // this avoided most cross-thread wake-ups and measured ~20 % more small-file requests
     // per second on two cores. Shared state (caches, Redis and MongoDB clients) is
     // thread-safe; the clients' background tasks live on this first loop.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // The ops endpoints on their own address: one more accept loop on this event loop.
+    let ops_server = match ops_listener {
+        Some(listener) => {
+            listener
+                .set_nonblocking(true)
+                .map_err(DaemonError::Inherited)?;
+            let listener = TcpListener::from_std(listener).map_err(DaemonError::Inherited)?;
+            tracing::info!(ops_listen = ?listener.local_addr().ok(), "ops endpoints on their own address");
+            let (app, options) = (
+                app.clone(),
+                ServeOptions {
+                    role: http::ListenerRole::Ops,
+                    ..options.clone()
+                },
+            );
+            let mut stop = stop_rx.clone();
+            Some(tokio::spawn(async move {
+                let stopped = async move {
+                    let _ = stop.wait_for(|stopping| *stopping).await;
+                };
+                http::serve(listener, app, stopped, options).await
+            }))
+        }
+        None => None,
+    };
     let mut loops = Vec::new();
     for index in 1..config.worker_threads {
         let listener = std_listener_clone(&listener)?;
@@ -251,6 +309,13 @@ async fn serve_until_stopped(
     http::serve(listener, app, stop, options)
         .await
         .map_err(|e| DaemonError::Server(e.into()))?;
+    if let Some(ops) = ops_server {
+        match ops.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "the ops listener failed"),
+            Err(_) => tracing::warn!("the ops listener panicked"),
+        }
+    }
     // The other loops may still be draining and need this loop's Redis/MongoDB tasks.
     for handle in loops {
         match tokio::task::spawn_blocking(move || handle.join()).await {

@@ -83,6 +83,8 @@ struct Supervisor {
     sources: Sources,
     exe: PathBuf,
     listener: TcpListener,
+    /// `ops_listen`, when configured (fd 4 of every worker).
+    ops_listener: Option<TcpListener>,
     signals: OwnedFd,
     workers: Vec<Worker>,
     state: SupervisorState,
@@ -118,6 +120,14 @@ pub fn run(launch: Launch) -> i32 {
         Ok(listener) => listener,
         Err(err) => return fail(format!("cannot listen on {}: {err}", config.listen)),
     };
+    // The ops socket is the supervisor's too, so restarts refuse no scrape either.
+    let ops_listener = match config.ops_listen {
+        Some(addr) => match sys::listen(addr, sys::BACKLOG) {
+            Ok(listener) => Some(listener),
+            Err(err) => return fail(format!("cannot listen on {addr} (ops_listen): {err}")),
+        },
+        None => None,
+    };
     let state = SupervisorState {
         phase: Phase::Starting,
         supervisor_pid: i32::try_from(std::process::id()).unwrap_or(0),
@@ -142,6 +152,7 @@ pub fn run(launch: Launch) -> i32 {
         sources,
         exe,
         listener,
+        ops_listener,
         signals,
         workers: Vec::new(),
         state,
@@ -257,16 +268,31 @@ impl Supervisor {
         command
             .arg("--log-file")
             .arg(&self.config.daemon.log_file)
-            .env("LISTEN_FDS", "1")
-            .env("LISTEN_FDNAMES", "http")
+            .env(
+                "LISTEN_FDS",
+                if self.ops_listener.is_some() {
+                    "2"
+                } else {
+                    "1"
+                },
+            )
+            .env(
+                "LISTEN_FDNAMES",
+                if self.ops_listener.is_some() {
+                    "http:ops"
+                } else {
+                    "http"
+                },
+            )
             .env("NOTIFY_SOCKET", notify.path())
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
             .stdin(Stdio::null());
         let listener_fd = self.listener.as_raw_fd();
+        let ops_fd = self.ops_listener.as_ref().map(AsRawFd::as_raw_fd);
         // SAFETY: sys::prepare_worker only makes async-signal-safe syscalls.
         unsafe {
-            command.pre_exec(move || sys::prepare_worker(listener_fd));
+            command.pre_exec(move || sys::prepare_worker(listener_fd, ops_fd));
         }
         match command.spawn() {
             Ok(child) => {

@@ -183,20 +183,34 @@ pub fn locked_by_other(file: &File) -> bool {
 /// Prepares a freshly forked worker before exec. Runs between fork and exec, in the child
 /// of the single-threaded supervisor.
 ///
-/// * the listening socket goes to fd 3 (`SD_LISTEN_FDS_START`) and stays open across exec;
+/// * the listening socket goes to fd 3 (`SD_LISTEN_FDS_START`), the ops socket (if any) to
+///   fd 4, and both stay open across exec;
 /// * the signal mask the supervisor set is cleared (masks are inherited across exec, and a
 ///   worker with SIGTERM blocked could never be stopped);
 /// * the worker gets SIGTERM if the supervisor dies, so no orphan keeps the port.
-pub fn prepare_worker(listener: RawFd) -> io::Result<()> {
+pub fn prepare_worker(listener: RawFd, ops: Option<RawFd>) -> io::Result<()> {
     // SAFETY: only async-signal-safe syscalls on integers and a local sigset, as required
     // between fork and exec.
     unsafe {
+        // The ops socket first: it may sit on fd 3, which the listener is about to take.
+        let ops = match ops {
+            Some(3) => Some(cvt(libc::fcntl(3, libc::F_DUPFD_CLOEXEC, 5))?),
+            other => other,
+        };
         if listener == 3 {
             let flags = cvt(libc::fcntl(3, libc::F_GETFD))?;
             cvt(libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
         } else {
             // dup2 clears FD_CLOEXEC on the new descriptor.
             cvt(libc::dup2(listener, 3))?;
+        }
+        if let Some(ops) = ops {
+            if ops == 4 {
+                let flags = cvt(libc::fcntl(4, libc::F_GETFD))?;
+                cvt(libc::fcntl(4, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+            } else {
+                cvt(libc::dup2(ops, 4))?;
+            }
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);

@@ -32,6 +32,14 @@ pub enum ApiError {
         /// The id.
         id: String,
     },
+    /// The link's signature is missing, wrong or expired.
+    #[error("{source}")]
+    Signature {
+        /// The id.
+        id: String,
+        /// Why.
+        source: crate::signing::SignatureError,
+    },
     /// The id could not be resolved (MongoDB down, invalid document).
     #[error("{source}")]
     Resolve {
@@ -64,6 +72,7 @@ impl ApiError {
         match self {
             ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownId { .. } => StatusCode::NOT_FOUND,
+            ApiError::Signature { .. } => StatusCode::FORBIDDEN,
             ApiError::Resolve { source, .. } => match source {
                 ResolveError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
                 ResolveError::InvalidDocument(_) => StatusCode::NOT_FOUND,
@@ -85,6 +94,7 @@ impl ApiError {
         match self {
             ApiError::InvalidId { .. } => "invalid track id: expected 24 hexadecimal digits",
             ApiError::UnknownId { .. } => "unknown track id",
+            ApiError::Signature { source, .. } => source.message(),
             ApiError::Resolve { source, .. } => match source {
                 ResolveError::StoreUnavailable(_) => "track catalogue unavailable, retry later",
                 ResolveError::InvalidDocument(_) => "track has no playable file",
@@ -105,6 +115,7 @@ impl ApiError {
         match self {
             ApiError::InvalidId { id }
             | ApiError::UnknownId { id }
+            | ApiError::Signature { id, .. }
             | ApiError::Resolve { id, .. }
             | ApiError::Media { id, .. }
             | ApiError::Io { id, .. } => id,
@@ -113,7 +124,9 @@ impl ApiError {
 
     fn log(&self) {
         match self {
-            ApiError::InvalidId { .. } | ApiError::UnknownId { .. } => {}
+            ApiError::InvalidId { .. }
+            | ApiError::UnknownId { .. }
+            | ApiError::Signature { .. } => {}
             ApiError::Resolve { id, source } => {
                 tracing::warn!(%id, error = %source, "cannot resolve track")
             }

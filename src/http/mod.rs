@@ -9,6 +9,7 @@
 //! * every handler returns an `answer::Answer`; `error` maps failures to their status;
 //! * `access_log` counts the exchange in [`metrics`] and logs it.
 
+pub mod access;
 pub mod access_log;
 pub(crate) mod answer;
 pub mod client;
@@ -35,7 +36,7 @@ use crate::redis_link::RedisLink;
 use file::FileSettings;
 
 pub use router::{App, app};
-pub use server::{ServeOptions, serve};
+pub use server::{ListenerRole, ServeOptions, serve};
 pub use track::parse_track_id;
 
 /// Why the server could not be set up.
@@ -71,6 +72,8 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// The access log, when it is on.
     pub access_log: Option<Arc<access_log::AccessLog>>,
+    /// Signed links and CORS.
+    pub access: Arc<access::AccessRules>,
 }
 
 impl AppState {
@@ -94,6 +97,8 @@ impl AppState {
                 config.cache.open_files,
             ),
             zero_copy: config.zero_copy,
+            rate_bytes_per_sec: config.limits.rate_bytes_per_sec,
+            rate_after_bytes: config.limits.rate_after_bytes,
         };
         Ok(AppState {
             resolver: Arc::new(Resolver::new(
@@ -106,6 +111,7 @@ impl AppState {
             metrics: Arc::new(metrics::Metrics::default()),
             access_log: access_log::AccessLog::open(&config.access_log)
                 .map_err(ServerError::AccessLog)?,
+            access: Arc::new(access::AccessRules::from_config(config)),
         })
     }
 }

@@ -15,6 +15,17 @@ use super::client::TrustedProxies;
 use super::h1::{busy, conn, head::HeadLimits};
 use super::metrics;
 
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerRole {
+    /// Everything (no `ops_listen`).
+    All,
+    /// Tracks and `/healthz`; `/metrics` and `/readyz` are on the ops listener.
+    Public,
+    /// The ops endpoints only (`ops_listen`).
+    Ops,
+}
+
 /// Limits of the connection handling.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -40,6 +51,8 @@ pub struct ServeOptions {
     pub trusted_proxies: Arc<TrustedProxies>,
     /// Connections start with a PROXY protocol header.
     pub proxy_protocol: bool,
+    /// What this listener serves.
+    pub role: ListenerRole,
 }
 
 impl ServeOptions {
@@ -57,6 +70,11 @@ impl ServeOptions {
             max_connections: config.limits.max_connections,
             trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
             proxy_protocol: config.proxy_protocol,
+            role: if config.ops_listen.is_some() {
+                ListenerRole::Public
+            } else {
+                ListenerRole::All
+            },
         }
     }
 }

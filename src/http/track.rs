@@ -1,7 +1,7 @@
 //! The track route: an id in, a file answer out.
 //!
 //! [`answer`] parses the id ([`parse_track_id`]: exactly 24 hex digits, no database query
-//! for anything else), resolves it through the [`Resolver`](crate::catalog::Resolver),
+//! for anything else), checks a signed link ([`crate::signing`]), resolves it through the [`Resolver`](crate::catalog::Resolver),
 //! and answers from the file cache or from the disk ([`super::file`]). Failures become
 //! their JSON answers here, through `ApiError`.
 
@@ -14,10 +14,16 @@ use super::answer::Answer;
 use super::error::ApiError;
 use super::file::{self, request::FileRequest};
 use crate::catalog::{CacheOutcome, ResolveError};
+use crate::signing::{LinkParams, unix_now};
 
-/// Resolves `id` and answers with its file (or the error's answer).
-pub async fn answer(state: &AppState, id: String, request: FileRequest) -> (CacheOutcome, Answer) {
-    let (outcome, result) = resolve_and_serve(state, id, request).await;
+/// Checks the link, resolves `id` and answers with its file (or the error's answer).
+pub async fn answer(
+    state: &AppState,
+    id: String,
+    request: FileRequest,
+    link: &LinkParams,
+) -> (CacheOutcome, Answer) {
+    let (outcome, result) = resolve_and_serve(state, id, request, link).await;
     (outcome, result.unwrap_or_else(ApiError::into_answer))
 }
 
@@ -25,10 +31,15 @@ async fn resolve_and_serve(
     state: &AppState,
     id: String,
     request: FileRequest,
+    link: &LinkParams,
 ) -> (CacheOutcome, Result<Answer, ApiError>) {
     let Some(oid) = parse_track_id(&id) else {
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
+    // Before any lookup: a refused link costs no Redis or MongoDB query.
+    if let Err(source) = state.access.signing.check(&oid, link, unix_now()) {
+        return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
+    }
     let resolution = match state.resolver.resolve(&oid).await {
         Ok(r) => r,
         Err(source) => {

@@ -554,10 +554,13 @@ impl TestEnv {
         let media = std::fs::canonicalize(&media).expect("canonical media");
         let n = NEXT_TEST.fetch_add(1, Ordering::Relaxed);
         let unique = format!("{}_{}_{n}", std::process::id(), rand::random::<u32>());
+        // The access log is off unless a test turns it on (`access_log.format=...`): test
+        // output stays readable.
         let text = format!(
             "listen = \"127.0.0.1:0\"\nmedia_roots = [\"{media}\"]\n\
              [mongodb]\nuri = \"{mongo_uri}\"\ndatabase = \"musicd_t{unique}\"\ntimeout_ms = 1000\n\n\
              [redis]\n{redis_line}\nprefix = \"track_t{unique}_\"\n\n\
+             [access_log]\nformat = \"off\"\n\n\
              [daemon]\npid_file = \"{dir}/run/musicd.pid\"\nlog_file = \"{dir}/log/musicd.log\"\n\
              state_dir = \"{dir}/state\"\n",
             media = media.display(),

@@ -32,8 +32,9 @@ pub enum Content {
     Memory(Bytes),
     /// The (large) file, open.
     Open(Arc<File>),
-    /// The header lines of an offload answer (x-accel-redirect, x-sendfile).
-    Offload(Bytes),
+    /// The header lines of an offload answer (x-accel-redirect, x-sendfile): to play
+    /// (`[0]`) and to download (`[1]`).
+    Offload([Bytes; 2]),
 }
 
 /// One cached file: its content plus what was true of it when opened.
@@ -62,7 +63,8 @@ impl CachedFile {
     /// Memory held.
     fn bytes(&self) -> u64 {
         match &self.content {
-            Content::Memory(bytes) | Content::Offload(bytes) => bytes.len() as u64,
+            Content::Memory(bytes) => bytes.len() as u64,
+            Content::Offload(variants) => variants.iter().map(|b| b.len() as u64).sum(),
             Content::Open(_) => 0,
         }
     }

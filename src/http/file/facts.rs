@@ -7,7 +7,7 @@ use std::path::Path;
 
 use axum::http::HeaderValue;
 use bytes::{Bytes, BytesMut};
-use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::conditional::Validators;
 use crate::http::header_lines::put_header;
@@ -24,11 +24,31 @@ pub struct FileFacts {
     pub mime: &'static str,
     /// `etag`, `last-modified`, `cache-control` lines: what a 304 says.
     pub validator_lines: Bytes,
+    /// With `Content-Disposition: inline` (played).
+    pub inline: Lines,
+    /// With `Content-Disposition: attachment` (`?download`: saved).
+    pub attachment: Lines,
+}
+
+/// The header lines of answers with a body, for one disposition.
+#[derive(Debug, Clone)]
+pub struct Lines {
     /// The validator lines plus `accept-ranges` and `content-disposition`: what every
     /// answer with a body says.
-    pub body_lines: Bytes,
+    pub body: Bytes,
     /// The body lines plus `content-type`: a whole 200.
-    pub full_lines: Bytes,
+    pub full: Bytes,
+}
+
+impl FileFacts {
+    /// The lines for a request that does (`download`) or does not want to save the file.
+    pub fn lines(&self, download: bool) -> &Lines {
+        if download {
+            &self.attachment
+        } else {
+            &self.inline
+        }
+    }
 }
 
 impl FileFacts {
@@ -42,34 +62,58 @@ impl FileFacts {
     ) -> FileFacts {
         let validators = Validators::new(size, modified);
         let mime = content_type(path);
-        let mut lines = BytesMut::with_capacity(320);
-        let line = |lines: &mut BytesMut, name: &str, value: &[u8]| {
-            put_header(lines, name, value);
-            lines.len()
-        };
-        line(&mut lines, "etag", validators.etag.as_bytes());
+        let mut common = BytesMut::with_capacity(160);
+        put_header(&mut common, "etag", validators.etag.as_bytes());
         let last_modified = validators.last_modified_header();
-        line(&mut lines, "last-modified", last_modified.as_bytes());
-        let validator_len = line(&mut lines, "cache-control", cache_control.as_bytes());
-        line(&mut lines, "accept-ranges", b"bytes");
-        // `content_disposition` escapes everything outside visible ASCII.
-        let disposition = content_disposition(path);
-        let body_len = line(&mut lines, "content-disposition", disposition.as_bytes());
-        line(&mut lines, "content-type", mime.as_bytes());
-        let full_lines = lines.freeze();
+        put_header(&mut common, "last-modified", last_modified.as_bytes());
+        put_header(&mut common, "cache-control", cache_control.as_bytes());
+        let validator_len = common.len();
+        put_header(&mut common, "accept-ranges", b"bytes");
+        let lines = |attachment: bool| {
+            let mut lines = BytesMut::with_capacity(common.len() + 160);
+            lines.extend_from_slice(&common);
+            // `content_disposition` escapes everything outside visible ASCII.
+            let disposition = content_disposition(path, attachment);
+            put_header(&mut lines, "content-disposition", disposition.as_bytes());
+            let body_len = lines.len();
+            put_header(&mut lines, "content-type", mime.as_bytes());
+            let full = lines.freeze();
+            Lines {
+                body: full.slice(..body_len),
+                full,
+            }
+        };
+        let inline = lines(false);
         FileFacts {
             size,
-            validator_lines: full_lines.slice(..validator_len),
-            body_lines: full_lines.slice(..body_len),
-            full_lines,
+            validator_lines: inline.full.slice(..validator_len),
+            attachment: lines(true),
+            inline,
             validators,
             mime,
         }
     }
 }
 
-/// `inline; filename="..."` with an RFC 8187 `filename*` for names that are not plain ASCII.
-pub fn content_disposition(path: &Path) -> String {
+/// What RFC 8187 `attr-char` leaves unescaped in `filename*`.
+const ATTR_CHAR: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
+
+/// `inline; filename="..."` (or `attachment; ...`) with an RFC 8187 `filename*` for names
+/// that are not plain ASCII.
+pub fn content_disposition(path: &Path, attachment: bool) -> String {
+    let kind = if attachment { "attachment" } else { "inline" };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -85,10 +129,10 @@ pub fn content_disposition(path: &Path) -> String {
         })
         .collect();
     if ascii == name {
-        format!("inline; filename=\"{name}\"")
+        format!("{kind}; filename=\"{name}\"")
     } else {
-        let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
-        format!("inline; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+        let encoded = utf8_percent_encode(&name, ATTR_CHAR);
+        format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
     }
 }
 
@@ -99,10 +143,14 @@ mod tests {
     #[test]
     fn disposition_quotes_plain_names_and_encodes_others() {
         assert_eq!(
-            content_disposition(Path::new("/m/Song 1.mp3")),
+            content_disposition(Path::new("/m/Song 1.mp3"), false),
             "inline; filename=\"Song 1.mp3\""
         );
-        let d = content_disposition(Path::new("/m/Café \"x\".mp3"));
+        assert_eq!(
+            content_disposition(Path::new("/m/Song 1.mp3"), true),
+            "attachment; filename=\"Song 1.mp3\""
+        );
+        let d = content_disposition(Path::new("/m/Café \"x\".mp3"), false);
         assert!(
             d.starts_with("inline; filename=\"Caf_ _x_.mp3\"; filename*=UTF-8''Caf%C3%A9"),
             "{d}"
@@ -117,7 +165,7 @@ mod tests {
             std::time::UNIX_EPOCH,
             &HeaderValue::from_static("public"),
         );
-        let text = String::from_utf8(facts.full_lines.to_vec()).expect("ascii");
+        let text = String::from_utf8(facts.inline.full.to_vec()).expect("ascii");
         assert!(text.contains("content-type: audio/mpeg\r\n"), "{text}");
         assert!(
             !text.to_ascii_lowercase().contains("content-length"),

@@ -60,6 +60,10 @@ pub struct FileSettings {
     pub cache: FileCache,
     /// Large bodies with `sendfile(2)` rather than copied (see `zero_copy` in the config).
     pub zero_copy: bool,
+    /// Pacing of bodies after their first `rate_after_bytes` (0: none).
+    pub rate_bytes_per_sec: u64,
+    /// Bytes of a body sent at full speed before pacing starts.
+    pub rate_after_bytes: u64,
 }
 
 /// Where the bytes of an answer come from.
@@ -93,10 +97,10 @@ pub fn from_cache(
             inline: false,
         },
         // The front server evaluates ranges and conditions itself.
-        Content::Offload(lines) => {
+        Content::Offload(variants) => {
             return Some(Ok(Answer::new(
                 StatusCode::OK,
-                lines.clone(),
+                variants[usize::from(request.download)].clone(),
                 Payload::Empty,
             )));
         }
@@ -139,19 +143,24 @@ pub fn prepare(
     let modified = media.metadata.modified().unwrap_or(std::time::UNIX_EPOCH);
     let facts = FileFacts::new(&media.path, size, modified, &settings.cache_control);
     if settings.mode != ServeMode::Direct {
-        let headers = offload::headers(settings, &media).map_err(|source| ApiError::Io {
-            id: id.to_string(),
-            source,
-        })?;
-        let mut lines = BytesMut::new();
-        put_headers(&mut lines, &headers);
-        let lines = lines.freeze();
+        let variant = |download: bool| {
+            let headers =
+                offload::headers(settings, &media, download).map_err(|source| ApiError::Io {
+                    id: id.to_string(),
+                    source,
+                })?;
+            let mut lines = BytesMut::new();
+            put_headers(&mut lines, &headers);
+            Ok::<Bytes, ApiError>(lines.freeze())
+        };
+        let variants = [variant(false)?, variant(true)?];
+        let lines = variants[usize::from(request.download)].clone();
         // The next request for this file answers without the blocking-pool hop, the open
         // and the confinement checks, after the same one `stat` as a hit in direct mode.
-        let content = Content::Offload(lines.clone());
-        settings
-            .cache
-            .insert(raw_path, CachedFile::new(content, &media.metadata, facts));
+        settings.cache.insert(
+            raw_path,
+            CachedFile::new(Content::Offload(variants), &media.metadata, facts),
+        );
         return Ok(Answer::new(StatusCode::OK, lines, Payload::Empty));
     }
     if settings.cache.admits(size)
@@ -256,7 +265,7 @@ fn respond(
             };
             return Ok(Answer::new(
                 StatusCode::OK,
-                facts.full_lines.clone(),
+                facts.lines(request.download).full.clone(),
                 payload,
             ));
         }
@@ -305,7 +314,7 @@ fn respond(
                 })?,
         }
     };
-    let mut answer = Answer::new(status, facts.body_lines.clone(), payload);
+    let mut answer = Answer::new(status, facts.lines(request.download).body.clone(), payload);
     answer.headers = headers;
     Ok(answer)
 }
@@ -429,6 +438,8 @@ mod tests {
             accel_location: "/internal".into(),
             cache: FileCache::new(0, 0, 0),
             zero_copy: true,
+            rate_bytes_per_sec: 0,
+            rate_after_bytes: 0,
         }
     }
 

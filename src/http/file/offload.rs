@@ -18,8 +18,12 @@ const OFFLOAD_KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// The headers of an offload answer for `media`.
-pub fn headers(settings: &FileSettings, media: &MediaFile) -> std::io::Result<HeaderMap> {
+/// The headers of an offload answer for `media`, to play it or to save it (`download`).
+pub fn headers(
+    settings: &FileSettings,
+    media: &MediaFile,
+    download: bool,
+) -> std::io::Result<HeaderMap> {
     let value = |text: &str| HeaderValue::from_str(text).map_err(std::io::Error::other);
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -29,8 +33,15 @@ pub fn headers(settings: &FileSettings, media: &MediaFile) -> std::io::Result<He
     headers.insert(header::CACHE_CONTROL, settings.cache_control.clone());
     headers.insert(
         header::CONTENT_DISPOSITION,
-        value(&content_disposition(&media.path))?,
+        value(&content_disposition(&media.path, download))?,
     );
+    if settings.rate_bytes_per_sec > 0 && settings.mode == ServeMode::XAccelRedirect {
+        // nginx paces what it sends (limit_rate_after is nginx's own setting there).
+        headers.insert(
+            "x-accel-limit-rate",
+            HeaderValue::from(settings.rate_bytes_per_sec),
+        );
+    }
     match settings.mode {
         ServeMode::XSendfile => {
             // A path that is not a valid header value (a control character) is refused

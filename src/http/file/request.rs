@@ -20,6 +20,8 @@ pub struct FileRequest {
     pub if_unmodified_since: Option<String>,
     /// `If-Range`.
     pub if_range: Option<String>,
+    /// `?download`: `Content-Disposition: attachment` instead of `inline`.
+    pub download: bool,
 }
 
 impl FileRequest {

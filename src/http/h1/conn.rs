@@ -110,6 +110,7 @@ pub async fn serve_connection(
         accepted: now,
         peer: peer.ip(),
         head_written: None,
+        paced_since: None,
         logging,
     };
     connection.run().await;
@@ -137,6 +138,8 @@ pub(super) struct Connection {
     peer: IpAddr,
     /// When the current response's head was written (time to first byte).
     pub(super) head_written: Option<std::time::Instant>,
+    /// When the current response's pacing began (`rate_after_bytes` reached).
+    pub(super) paced_since: Option<std::time::Instant>,
     /// Whether access-log lines are written.
     logging: bool,
 }
@@ -395,7 +398,14 @@ impl Connection {
             route,
             outcome,
             answer,
-        } = dispatch::dispatch(&shared.app, head.method.clone(), head.version, head.target).await;
+        } = dispatch::dispatch(
+            &shared.app,
+            shared.options.role,
+            head.method.clone(),
+            head.version,
+            head.target,
+        )
+        .await;
         let status = answer.status;
         let sent = self
             .respond(answer, is_head, keep_alive, head.version, &request_id)

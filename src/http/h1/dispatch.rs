@@ -1,17 +1,18 @@
 //! Which handler answers a parsed request: the track route directly, the ops endpoints
 //! and unknown paths through the axum router, and the method rules of RFC 9110 here:
 //! a method musicd does not implement is a 501 (§15.6.2), a known method a route does not
-//! allow a 405 with `Allow` (§15.5.6), `OPTIONS *` the server's methods.
+//! allow a 405 with `Allow` (§15.5.6), `OPTIONS *` the server's methods. With `ops_listen`,
+//! `/metrics` and `/readyz` are answered only there (404 on the public address).
 
 use axum::body::Body;
 use axum::http::{HeaderValue, Method, Request, StatusCode, Version, header};
 
 use super::head::Target;
 use crate::catalog::CacheOutcome;
-use crate::http::App;
 use crate::http::answer::{Answer, Payload};
 use crate::http::routes::Route;
 use crate::http::track;
+use crate::http::{App, ListenerRole};
 
 /// The methods the track route and the ops endpoints allow.
 const ALLOWED: &str = "GET, HEAD";
@@ -29,6 +30,7 @@ pub(super) struct Dispatched {
 /// Answers one request.
 pub(super) async fn dispatch(
     app: &App,
+    role: ListenerRole,
     method: Method,
     version: Version,
     target: Target,
@@ -42,12 +44,34 @@ pub(super) async fn dispatch(
         let answer = Answer::json_error(StatusCode::NOT_IMPLEMENTED, "method not implemented");
         return plain(Route::Other, answer);
     }
+    let hidden = |route: Route| match role {
+        ListenerRole::All => false,
+        // Backend errors and cache figures stay off the public address.
+        ListenerRole::Public => matches!(route, Route::Readyz | Route::Metrics),
+        ListenerRole::Ops => !matches!(route, Route::Healthz | Route::Readyz | Route::Metrics),
+    };
+    let no_route = || Answer::json_error(StatusCode::NOT_FOUND, "no such route");
     match target {
-        Target::Track { id, request } => {
+        Target::Track { .. } if hidden(Route::Track) => plain(Route::Other, no_route()),
+        Target::Other { uri, .. } if hidden(Route::of_path(uri.path())) => {
+            plain(Route::Other, no_route())
+        }
+        Target::Track {
+            id,
+            request,
+            access,
+        } => {
+            let rules = &app.state.access;
+            let origin = access.as_ref().and_then(|a| a.origin.clone());
+            if method == Method::OPTIONS && access.as_ref().is_some_and(|a| a.preflight) {
+                return plain(Route::Track, rules.cors.preflight(origin.as_deref()));
+            }
             if method != Method::GET && method != Method::HEAD {
                 return plain(Route::Track, not_allowed());
             }
-            let (outcome, answer) = track::answer(&app.state, id, request).await;
+            let link = access.map(|a| a.link).unwrap_or_default();
+            let (outcome, mut answer) = track::answer(&app.state, id, request, &link).await;
+            rules.cors.decorate(origin.as_deref(), &mut answer.headers);
             Dispatched {
                 route: Route::Track,
                 outcome,

@@ -23,6 +23,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version};
 
+use crate::http::access::AccessRequest;
 use crate::http::file::request::FileRequest;
 
 /// Most header lines a request may have.
@@ -116,6 +117,9 @@ pub enum Target {
         id: String,
         /// The headers the file server looks at.
         request: FileRequest,
+        /// Origin, preflight, signature and download parameters; `None` when the request
+        /// has none (most: no allocation then).
+        access: Option<Box<AccessRequest>>,
     },
     /// Anything else, for the axum router.
     Other {
@@ -288,10 +292,30 @@ pub fn parse_head(
         LogFields::default()
     };
     let target = match track_id(path) {
-        Some(id) => Target::Track {
-            id,
-            request: file_request(&method, headers),
-        },
+        Some(id) => {
+            let mut access: Option<Box<AccessRequest>> = None;
+            if let Some((_, query)) = origin.split_once('?') {
+                access.get_or_insert_default().read_query(query);
+            }
+            for header in headers {
+                if header.name.eq_ignore_ascii_case("origin") {
+                    access.get_or_insert_default().origin =
+                        std::str::from_utf8(header.value).ok().map(str::to_string);
+                } else if header
+                    .name
+                    .eq_ignore_ascii_case("access-control-request-method")
+                {
+                    access.get_or_insert_default().preflight = true;
+                }
+            }
+            let mut request = file_request(&method, headers);
+            request.download = access.as_ref().is_some_and(|a| a.download);
+            Target::Track {
+                id,
+                request,
+                access,
+            }
+        }
         None => {
             let uri = Uri::try_from(origin).map_err(|_| HeadError::Target)?;
             let mut map = HeaderMap::with_capacity(headers.len());
@@ -594,7 +618,7 @@ X-Request-Id: req-1\r\n\r\nGET /next",
         let raw = "GET /t/abc?x=1 HTTP/1.1\r\nHost: h\r\nRange: bytes=0-1".as_bytes();
         assert_eq!(LogFields::get(raw, Some(head.log.target)), b"/t/abc?x=1");
         assert_eq!(LogFields::get(raw, head.log.range), b"bytes=0-1");
-        let Target::Track { id, request } = head.target else {
+        let Target::Track { id, request, .. } = head.target else {
             panic!("not the track route");
         };
         assert_eq!(id, "abc");

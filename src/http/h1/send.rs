@@ -76,6 +76,7 @@ impl Connection {
             },
         );
         self.head_written = Some(std::time::Instant::now());
+        self.paced_since = None;
         if !decision.send_body {
             return Ok((0, decision.keep_alive));
         }
@@ -113,8 +114,54 @@ impl Connection {
             self.output.put_slice(&bytes);
             return Ok(len);
         }
-        let result = self.write_head_and(&bytes).await;
-        result.map(|()| len).map_err(|_| 0)
+        let files = &self.shared.app.state.files;
+        if files.rate_bytes_per_sec == 0 || len <= files.rate_after_bytes {
+            let result = self.write_head_and(&bytes).await;
+            return result.map(|()| len).map_err(|_| 0);
+        }
+        // Paced: the head and the free part, then a chunk at a time.
+        let mut sent = 0u64;
+        let first = usize::try_from(files.rate_after_bytes).unwrap_or(usize::MAX);
+        self.write_head_and(&bytes[..first])
+            .await
+            .map_err(|_| 0u64)?;
+        sent += first as u64;
+        while sent < len {
+            let want = self.pace(sent, len - sent).await;
+            let start = sent as usize;
+            let end = start
+                + usize::try_from(want)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len() - start);
+            self.send_all(&bytes[start..end], false)
+                .await
+                .map_err(|_| sent)?;
+            sent = end as u64;
+        }
+        Ok(len)
+    }
+
+    /// How many of `left` body bytes may leave now, after `sent`: all of them without
+    /// pacing or before `rate_after_bytes`; otherwise a chunk, once the clock allows it
+    /// (sleeping, never spinning). A paced response holds one chunk in the socket at a time.
+    async fn pace(&mut self, sent: u64, left: u64) -> u64 {
+        let files = &self.shared.app.state.files;
+        let (rate, after) = (files.rate_bytes_per_sec, files.rate_after_bytes);
+        if rate == 0 {
+            return left;
+        }
+        if sent < after {
+            return left.min(after - sent);
+        }
+        let chunk = (rate / 10).clamp(4096, 256 * 1024).min(left);
+        let started = *self.paced_since.get_or_insert_with(std::time::Instant::now);
+        // The chunk may leave once `after + rate * elapsed` covers it.
+        let due = Duration::from_secs_f64((sent + chunk - after) as f64 / rate as f64);
+        let elapsed = started.elapsed();
+        if due > elapsed {
+            tokio::time::sleep(due - elapsed).await;
+        }
+        chunk
     }
 
     /// Writes `output` and then `body` with vectored writes, without copying the body.
@@ -210,7 +257,8 @@ impl Connection {
         let mut buffer = vec![0u8; usize::try_from(len).unwrap_or(COPY_CHUNK).min(COPY_CHUNK)];
         let mut left = len;
         while left > 0 {
-            let want = usize::try_from(left)
+            let allowed = self.pace(*sent, left).await;
+            let want = usize::try_from(left.min(allowed))
                 .unwrap_or(usize::MAX)
                 .min(buffer.len());
             let chunk = &mut buffer[..want];
@@ -251,7 +299,10 @@ impl Connection {
         while left > 0 {
             // One call moves at most what the socket buffer takes; the cap only keeps the
             // count within what sendfile accepts.
-            let want = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+            let allowed = self.pace(*sent, left).await;
+            let want = usize::try_from(left.min(allowed))
+                .unwrap_or(usize::MAX)
+                .min(1 << 30);
             match self.stream.try_io(Interest::WRITABLE, || {
                 zerocopy::send_file(fd, file, offset, want)
             }) {

@@ -1,0 +1,87 @@
+//! Who may play what, decided before any lookup: signed expiring links
+//! ([`crate::signing`], shared with `musicctl sign`),
+//! CORS for web players on another origin ([`cors`]), and what the query asks for
+//! (`?download`).
+
+pub mod cors;
+
+use percent_encoding::percent_decode_str;
+
+use self::cors::Cors;
+use crate::config::Config;
+use crate::signing::{LinkParams, Signing, SigningKey};
+
+/// The access rules of a server.
+#[derive(Debug, Clone, Default)]
+pub struct AccessRules {
+    /// Signed links.
+    pub signing: Signing,
+    /// CORS.
+    pub cors: Cors,
+}
+
+impl AccessRules {
+    /// The rules a config asks for.
+    pub fn from_config(config: &Config) -> AccessRules {
+        AccessRules {
+            signing: Signing {
+                required: config.signing.required,
+                keys: config
+                    .signing
+                    .keys
+                    .iter()
+                    .map(|(id, secret)| SigningKey::new(id.clone(), secret.clone()))
+                    .collect(),
+            },
+            cors: Cors::new(&config.cors.allow_origins, config.cors.max_age_secs),
+        }
+    }
+}
+
+/// What a track request says about access, read from its head.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AccessRequest {
+    /// `Origin`.
+    pub origin: Option<String>,
+    /// `Access-Control-Request-Method` (a CORS preflight).
+    pub preflight: bool,
+    /// `expires`, `kid`, `sig` of the query.
+    pub link: LinkParams,
+    /// `?download` (any value): save the file rather than play it.
+    pub download: bool,
+}
+
+impl AccessRequest {
+    /// Reads the query string (without `?`) of a track URL.
+    pub fn read_query(&mut self, query: &str) {
+        for pair in query.split('&') {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = || Some(percent_decode_str(value).decode_utf8_lossy().into_owned());
+            match name {
+                "expires" => self.link.expires = value(),
+                "kid" => self.link.kid = value(),
+                "sig" => self.link.sig = value(),
+                "download" => self.download = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_query_gives_the_link_and_download() {
+        let mut access = AccessRequest::default();
+        access.read_query("expires=1700000000&kid=k%31&sig=abc-_&download&x=1");
+        assert_eq!(access.link.expires.as_deref(), Some("1700000000"));
+        assert_eq!(access.link.kid.as_deref(), Some("k1"));
+        assert_eq!(access.link.sig.as_deref(), Some("abc-_"));
+        assert!(access.download);
+        let mut plain = AccessRequest::default();
+        plain.read_query("x=1");
+        assert_eq!(plain, AccessRequest::default());
+    }
+}
