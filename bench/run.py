@@ -202,6 +202,13 @@ def main():
     musicd["logged"] = start([str(REL / "musicd"), "--config", str(config(
         "logged", logged_port, access_log=f'format = "combined"\npath = "{work}/musicd-access.log"')), "run"])
     wait_port(logged_port)
+    # Signing on (not required): signed and unsigned links to the same file, same server.
+    signed_port = free_port()
+    (work / "k1.key").write_text("a bench secret of sufficient length\n")
+    signed_cfg = config("signed", signed_port)
+    signed_cfg.write_text(signed_cfg.read_text() + f'[signing]\nkeys = [{{ id = "k1", secret_file = "{work}/k1.key" }}]\n')
+    musicd["signed"] = start([str(REL / "musicd"), "--config", str(signed_cfg), "run"])
+    wait_port(signed_port)
     baseline_port = free_port()
     if BASELINE_BIN:
         # An older build may not know [access_log]: its log is off through log_level.
@@ -254,8 +261,13 @@ http {{
     nl = f"http://127.0.0.1:{nginx_log_port}"
     lg = f"http://127.0.0.1:{logged_port}"
     lp = [musicd["logged"].pid]
+    sg = f"http://127.0.0.1:{signed_port}"
+    sp = [musicd["signed"].pid]
     small, big = ids["small.mp3"], ids["big.mp3"]
     dp, ncp, ap = [musicd["direct"].pid], [musicd["nocache"].pid], [musicd["accel"].pid]
+    signed_url = subprocess.run(
+        [str(REL / "musicctl"), "--config", str(signed_cfg), "sign", small, "--ttl", "1d", "--base", sg, "--name", "a.mp3"],
+        capture_output=True, text=True, check=True).stdout.strip()
     # (cell, connections, baseline (url, pids, script, paths), contender (url, pids, script, paths))
     cells = [
         ("4 KiB file", 10, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
@@ -267,6 +279,8 @@ http {{
         ("4 MiB file, musicd file cache off", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{nc}/musicdb/{big}/a.mp3", ncp, None, None)),
         ("4 KiB, musicd x-accel behind nginx", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{n}/musicdb/{small}/a.mp3", nginx_pids + ap, None, None)),
         ("4 MiB, musicd x-accel behind nginx", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{n}/musicdb/{big}/a.mp3", nginx_pids + ap, None, None)),
+        # Not against nginx: the "nginx" columns are the same musicd with an unsigned link.
+        ("4 KiB, signed link vs unsigned (same musicd)", 100, (f"{sg}/musicdb/{small}/a.mp3", sp, None, None), (signed_url, sp, None, None)),
         ("/healthz", 10, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
         ("/healthz", 1000, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
         ("cache miss (MongoDB lookup)", 10, None, (d, dp, "each_path_once.lua", miss_paths)),

@@ -163,6 +163,8 @@ pub struct Config {
     pub signing: SigningConfig,
     /// CORS.
     pub cors: CorsConfig,
+    /// `MUSICD_*` environment variables that name no key (ignored; warned about at start).
+    pub ignored_env: Vec<String>,
 }
 
 /// Limits on clients: every one has a safe default.
@@ -462,8 +464,34 @@ impl Config {
             origins.insert(key.clone(), format!("flag --set {key}"));
         }
 
-        let raw: RawConfig =
-            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+        // An environment variable that names no key is ignored with a warning, not fatal:
+        // the environment is ambient (shells, container images and CI set MUSICD_* for
+        // other tools), while a file or a --set flag is written for musicd on purpose, so
+        // an unknown key there still stops it.
+        let mut ignored_env = Vec::new();
+        let raw: RawConfig = loop {
+            let attempt: Result<RawConfig, _> =
+                serde_path_to_error::deserialize(toml::Value::Table(table.clone()));
+            let err = match attempt {
+                Ok(raw) => break raw,
+                Err(err) => err,
+            };
+            let key = err.path().to_string();
+            let from_env = origins
+                .get(&key)
+                .filter(|origin| origin.starts_with("environment variable "));
+            if let Some(origin) = from_env
+                && err.inner().to_string().starts_with("unknown field")
+                && remove_key(&mut table, &key)
+            {
+                ignored_env.push(
+                    origin
+                        .trim_start_matches("environment variable ")
+                        .to_string(),
+                );
+                continue;
+            }
+            return Err({
                 let key = err.path().to_string();
                 let source_name = origins
                     .iter()
@@ -475,7 +503,8 @@ impl Config {
                     key,
                     message: err.into_inner().to_string(),
                 }
-            })?;
+            });
+        };
         let err_at = |key: &str, message: String| ConfigError::Key {
             source_name: origins
                 .get(key)
@@ -484,7 +513,9 @@ impl Config {
             key: key.to_string(),
             message,
         };
-        raw.validate(file, &err_at, check_roots)
+        let mut config = raw.validate(file, &err_at, check_roots)?;
+        config.ignored_env = ignored_env;
+        Ok(config)
     }
 
     /// The configuration a test or the quickstart gets when nothing is set: defaults only.
@@ -842,6 +873,7 @@ impl RawConfig {
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
             signing,
             cors,
+            ignored_env: Vec::new(),
         })
     }
 }
@@ -880,6 +912,22 @@ fn env_key(rest: &str) -> String {
         }
     }
     lower
+}
+
+/// Removes a dotted key from the table; whether it was there.
+fn remove_key(table: &mut toml::Table, key: &str) -> bool {
+    let mut parts: Vec<&str> = key.split('.').collect();
+    let Some(last) = parts.pop() else {
+        return false;
+    };
+    let mut current = table;
+    for part in parts {
+        match current.get_mut(part).and_then(toml::Value::as_table_mut) {
+            Some(next) => current = next,
+            None => return false,
+        }
+    }
+    current.remove(last).is_some()
 }
 
 /// Sets a dotted key in the table. The value is read as a TOML value when it is one
@@ -985,6 +1033,27 @@ mod tests {
         assert!(text.contains("redis"), "{text}");
         assert!(text.contains("unknown field `ttl`"), "{text}");
         assert!(text.contains("musicd.toml"), "{text}");
+    }
+
+    #[test]
+    fn unknown_environment_variables_are_ignored_but_unknown_flags_stop() {
+        let cfg = load_text(
+            "media_roots = [\"$ROOT\"]\n",
+            &[
+                ("MUSICD_REDIS_TTL_SECS", "7"),
+                ("MUSICD_HOME", "/home/someone"),
+                ("MUSICD_REDIS_URLL", "typo"),
+            ],
+            &[],
+        )
+        .expect("unknown variables are not fatal");
+        assert_eq!(cfg.redis.ttl.as_secs(), 7, "known ones still apply");
+        let mut ignored = cfg.ignored_env.clone();
+        ignored.sort();
+        assert_eq!(ignored, ["MUSICD_HOME", "MUSICD_REDIS_URLL"]);
+        let err = load_text("media_roots = [\"$ROOT\"]\n", &[], &["redis.urll=x"])
+            .expect_err("an unknown flag is a mistake");
+        assert!(err.to_string().contains("--set redis.urll"), "{err}");
     }
 
     #[test]

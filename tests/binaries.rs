@@ -4,10 +4,10 @@
 mod common;
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, bin, client, free_port, pattern};
+use common::{TestEnv, client, free_port, pattern};
 use mongodb::bson::{Bson, doc};
 use reqwest::StatusCode;
 
@@ -180,7 +180,7 @@ async fn a_bad_config_stops_musicd_with_a_message_naming_the_key_and_the_file() 
             format!("{roots}{text}")
         };
         std::fs::write(&file, &text).expect("write");
-        let output = Command::new(bin("musicd"))
+        let output = common::clean_command("musicd")
             .args(["run", "--config"])
             .arg(&file)
             .output()
@@ -201,7 +201,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     env.write_file("Other/Three.m4a", b"three");
 
     let import = || {
-        Command::new(bin("musicctl"))
+        common::clean_command("musicctl")
             .arg("--config")
             .arg(&env.config_file)
             .arg("import")
@@ -242,7 +242,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     let id = two.get_object_id("_id").expect("id").to_hex();
     assert!(stdout.contains(&id));
 
-    let list = Command::new(bin("musicctl"))
+    let list = common::clean_command("musicctl")
         .arg("--config")
         .arg(&env.config_file)
         .arg("list")
@@ -257,7 +257,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     )));
 
     let resolve = |id: &str| {
-        Command::new(bin("musicctl"))
+        common::clean_command("musicctl")
             .arg("--config")
             .arg(&env.config_file)
             .args(["resolve", id, "--json"])
@@ -282,7 +282,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     assert_eq!(invalid.status.code(), Some(2));
 
     // A directory outside the media roots is refused: musicd could never serve it.
-    let outside = Command::new(bin("musicctl"))
+    let outside = common::clean_command("musicctl")
         .arg("--config")
         .arg(&env.config_file)
         .arg("import")

@@ -169,6 +169,9 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
         })?;
     }
     init_logging(&config.log_level);
+    for name in &config.ignored_env {
+        tracing::warn!(variable = %name, "environment variable names no configuration key; ignored");
+    }
     let inherited = inherited_listeners()?;
     // SAFETY: as above, no other thread exists yet.
     let watchdog = unsafe { sd_notify::watchdog_enabled_and_unset_env() };

@@ -594,8 +594,12 @@ impl TestEnv {
     }
 
     /// A `musicd`/`musicctl` command with this env's config file and overrides.
+    ///
+    /// The environment is cleared (only `PATH` is kept): what the caller of the test suite
+    /// has set (a `MUSICD_*` variable, `RUST_LOG`, `NOTIFY_SOCKET`) must not change what
+    /// the binaries do; a test sets what it needs.
     pub fn command(&self, binary: &str) -> Command {
-        let mut command = Command::new(bin(binary));
+        let mut command = clean_command(binary);
         command.arg("--config").arg(&self.config_file);
         for item in &self.overrides {
             command.arg("--set").arg(item);
@@ -783,6 +787,16 @@ pub async fn fetch(
     bytes::Bytes,
 ) {
     fetch_with(url, &[]).await
+}
+
+/// A command for one of this package's binaries with a clean environment (only `PATH`).
+pub fn clean_command(binary: &str) -> Command {
+    let mut command = Command::new(bin(binary));
+    command.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    command
 }
 
 /// Path to a built binary of this package.
