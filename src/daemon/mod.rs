@@ -18,7 +18,7 @@ pub mod supervisor;
 pub mod sys;
 
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,12 +110,8 @@ fn inherited_listeners() -> Result<Inherited, DaemonError> {
     let target = std::env::var("LISTEN_PID").ok();
     let names = std::env::var("LISTEN_FDNAMES").ok();
     // SAFETY: called from `run` before the runtime (or any other thread) exists, which is
-    // what remove_var requires. Removing them keeps them from leaking to any child.
-    unsafe {
-        std::env::remove_var("LISTEN_FDS");
-        std::env::remove_var("LISTEN_PID");
-        std::env::remove_var("LISTEN_FDNAMES");
-    }
+    // what remove_env requires. Removing them keeps them from leaking to any child.
+    unsafe { sys::remove_env(&["LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"]) };
     let Some(count) = count else {
         return Ok(Inherited::default());
     };
@@ -135,16 +131,8 @@ fn inherited_listeners() -> Result<Inherited, DaemonError> {
     for index in 0..count.clamp(0, 2) {
         let fd = LISTEN_FDS_START + index;
         // SAFETY: LISTEN_FDS says fd 3 onwards are listening sockets handed to this
-        // process alone; each is taken exactly once and marked close-on-exec, as
-        // sd_listen_fds does.
-        let listener = unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags < 0 {
-                return Err(DaemonError::Inherited(std::io::Error::last_os_error()));
-            }
-            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-            std::net::TcpListener::from_raw_fd(fd)
-        };
+        // process alone; each is taken exactly once.
+        let listener = unsafe { sys::take_listener(fd) }.map_err(DaemonError::Inherited)?;
         listener.local_addr().map_err(DaemonError::Inherited)?;
         let is_ops = match names.get(index as usize) {
             Some(name) if !name.is_empty() => name == "ops",
@@ -174,7 +162,7 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
     }
     let inherited = inherited_listeners()?;
     // SAFETY: as above, no other thread exists yet.
-    let watchdog = unsafe { sd_notify::watchdog_enabled_and_unset_env() };
+    let watchdog = unsafe { sys::take_watchdog() };
     // The first of the per-core event loops runs here; see `serve_until_stopped`.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -23,7 +23,6 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -290,10 +289,7 @@ impl Supervisor {
             .stdin(Stdio::null());
         let listener_fd = self.listener.as_raw_fd();
         let ops_fd = self.ops_listener.as_ref().map(AsRawFd::as_raw_fd);
-        // SAFETY: sys::prepare_worker only makes async-signal-safe syscalls.
-        unsafe {
-            command.pre_exec(move || sys::prepare_worker(listener_fd, ops_fd));
-        }
+        sys::exec_as_worker(&mut command, listener_fd, ops_fd);
         match command.spawn() {
             Ok(child) => {
                 let pid = i32::try_from(child.id()).unwrap_or(0);

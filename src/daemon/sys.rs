@@ -1,7 +1,11 @@
 //! The few system calls the process lifecycle needs and std does not wrap: signal masks and
-//! signalfd, non-blocking reaping, `kill`, `flock`, `poll`, fd redirection and the small
-//! pre-exec steps of a worker. All `unsafe` of the daemon lives here, each block with the
-//! reason it is sound.
+//! signalfd, non-blocking reaping, `kill`, `flock`, `poll`, fd redirection, the small
+//! pre-exec steps of a worker, and taking what systemd or the supervisor hands over
+//! (sockets, environment). Every unsafe operation of the daemon is here, one per block,
+//! each with the reason it is sound (`clippy::undocumented_unsafe_blocks` and
+//! `multiple_unsafe_ops_per_block` enforce it); the three `unsafe fn`s state the
+//! precondition their callers in `daemon::run` uphold (a single thread, descriptors
+//! handed to this process).
 
 use std::fs::File;
 use std::io;
@@ -27,11 +31,10 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Points stdout and stderr at `file` (both end up sharing its open file description).
 pub fn redirect_output(file: &File) -> io::Result<()> {
-    // SAFETY: dup2 on a valid fd we hold onto the standard fds; no memory is involved.
     // Rust's stdout/stderr handles are plain fd 1/2 wrappers, so they follow the new file.
-    unsafe {
-        cvt(libc::dup2(file.as_raw_fd(), libc::STDOUT_FILENO))?;
-        cvt(libc::dup2(file.as_raw_fd(), libc::STDERR_FILENO))?;
+    for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: dup2 on a valid fd we hold onto a standard fd; no memory is involved.
+        cvt(unsafe { libc::dup2(file.as_raw_fd(), target) })?;
     }
     Ok(())
 }
@@ -39,44 +42,40 @@ pub fn redirect_output(file: &File) -> io::Result<()> {
 /// Blocks `signals` for this (single-threaded) process and returns a signalfd for them, so
 /// that they are read as data in the supervisor's poll loop instead of interrupting it.
 pub fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
-    // SAFETY: sigset_t is plain data initialised by sigemptyset before use; the calls only
-    // read and write that local set and the process signal mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for &signal in signals {
-            libc::sigaddset(&mut set, signal);
-        }
-        cvt(libc::sigprocmask(
-            libc::SIG_BLOCK,
-            &set,
-            std::ptr::null_mut(),
-        ))?;
-        let fd = cvt(libc::signalfd(
-            -1,
-            &set,
-            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
-        ))?;
-        Ok(OwnedFd::from_raw_fd(fd))
+    let set = sigset(signals);
+    // SAFETY: `set` is an initialised local sigset; only the process signal mask changes.
+    cvt(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
+    // SAFETY: reads the local set; returns a new descriptor or -1.
+    let fd = cvt(unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
+    // SAFETY: signalfd just returned this descriptor, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A sigset holding `signals`.
+fn sigset(signals: &[i32]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; all-zero is a valid value, and sigemptyset sets it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: writes the local set only.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &signal in signals {
+        // SAFETY: writes the local set only.
+        unsafe { libc::sigaddset(&mut set, signal) };
     }
+    set
 }
 
 /// Reads one pending signal number from a signalfd, if any.
 pub fn read_signal(fd: &OwnedFd) -> Option<i32> {
-    // SAFETY: signalfd_siginfo is plain data; read writes at most its size into it.
-    unsafe {
-        let mut info: libc::signalfd_siginfo = std::mem::zeroed();
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        let n = libc::read(
-            fd.as_raw_fd(),
-            (&mut info as *mut libc::signalfd_siginfo).cast(),
-            size,
-        );
-        if n == size as isize {
-            i32::try_from(info.ssi_signo).ok()
-        } else {
-            None
-        }
+    // SAFETY: signalfd_siginfo is plain data; all-zero is a valid value.
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    let target = (&mut info as *mut libc::signalfd_siginfo).cast();
+    // SAFETY: read writes at most `size` bytes into `info`, which is that large.
+    let n = unsafe { libc::read(fd.as_raw_fd(), target, size) };
+    if n == size as isize {
+        i32::try_from(info.ssi_signo).ok()
+    } else {
+        None
     }
 }
 
@@ -169,15 +168,13 @@ pub fn alive(pid: i32) -> bool {
 
 /// Whether another process holds an exclusive `flock` on the file.
 pub fn locked_by_other(file: &File) -> bool {
-    // SAFETY: flock on a valid fd we own; a lock we get is released right away.
-    unsafe {
-        if libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 {
-            libc::flock(file.as_raw_fd(), libc::LOCK_UN);
-            false
-        } else {
-            true
-        }
+    // SAFETY: flock on a valid fd we own.
+    let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    if got {
+        // SAFETY: as above; the lock we just got is released right away.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
     }
+    !got
 }
 
 /// Prepares a freshly forked worker before exec. Runs between fork and exec, in the child
@@ -189,43 +186,91 @@ pub fn locked_by_other(file: &File) -> bool {
 ///   worker with SIGTERM blocked could never be stopped);
 /// * the worker gets SIGTERM if the supervisor dies, so no orphan keeps the port.
 pub fn prepare_worker(listener: RawFd, ops: Option<RawFd>) -> io::Result<()> {
-    // SAFETY: only async-signal-safe syscalls on integers and a local sigset, as required
-    // between fork and exec.
-    unsafe {
-        // The ops socket first: it may sit on fd 3, which the listener is about to take.
-        let ops = match ops {
-            Some(3) => Some(cvt(libc::fcntl(3, libc::F_DUPFD_CLOEXEC, 5))?),
-            other => other,
-        };
-        if listener == 3 {
-            let flags = cvt(libc::fcntl(3, libc::F_GETFD))?;
-            cvt(libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
-        } else {
-            // dup2 clears FD_CLOEXEC on the new descriptor.
-            cvt(libc::dup2(listener, 3))?;
-        }
-        if let Some(ops) = ops {
-            if ops == 4 {
-                let flags = cvt(libc::fcntl(4, libc::F_GETFD))?;
-                cvt(libc::fcntl(4, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
-            } else {
-                cvt(libc::dup2(ops, 4))?;
-            }
-        }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        cvt(libc::sigprocmask(
-            libc::SIG_SETMASK,
-            &empty,
-            std::ptr::null_mut(),
-        ))?;
-        cvt(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
-        // The supervisor may already be gone between fork and prctl.
-        if libc::getppid() == 1 {
-            return Err(io::Error::other("supervisor exited"));
-        }
+    // Only async-signal-safe syscalls on integers and a local sigset, as required between
+    // fork and exec. The ops socket moves first: it may sit on fd 3, which the listener is
+    // about to take.
+    let ops = match ops {
+        // SAFETY: fcntl on a descriptor this process holds.
+        Some(3) => Some(cvt(unsafe { libc::fcntl(3, libc::F_DUPFD_CLOEXEC, 5) })?),
+        other => other,
+    };
+    keep_across_exec(listener, 3)?;
+    if let Some(ops) = ops {
+        keep_across_exec(ops, 4)?;
+    }
+    let empty = sigset(&[]);
+    // SAFETY: sets the mask from an initialised local set.
+    cvt(unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) })?;
+    // SAFETY: prctl with integer arguments.
+    cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) })?;
+    // The supervisor may already be gone between fork and prctl.
+    // SAFETY: getppid takes nothing and cannot fail.
+    if unsafe { libc::getppid() } == 1 {
+        return Err(io::Error::other("supervisor exited"));
     }
     Ok(())
+}
+
+/// Puts `fd` on `target` with close-on-exec cleared (async-signal-safe).
+fn keep_across_exec(fd: RawFd, target: RawFd) -> io::Result<()> {
+    if fd == target {
+        // SAFETY: fcntl on a descriptor this process holds.
+        let flags = cvt(unsafe { libc::fcntl(target, libc::F_GETFD) })?;
+        // SAFETY: as above.
+        cvt(unsafe { libc::fcntl(target, libc::F_SETFD, flags & !libc::FD_CLOEXEC) })?;
+    } else {
+        // SAFETY: dup2 of a held descriptor; it clears FD_CLOEXEC on the new one.
+        cvt(unsafe { libc::dup2(fd, target) })?;
+    }
+    Ok(())
+}
+
+/// Makes `command` exec as a worker: its listening sockets on fd 3 (and 4), a clean signal
+/// mask, SIGTERM when the supervisor dies ([`prepare_worker`], between fork and exec).
+pub fn exec_as_worker(command: &mut std::process::Command, listener: RawFd, ops: Option<RawFd>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
+    // syscalls (prepare_worker), allocating nothing.
+    unsafe {
+        command.pre_exec(move || prepare_worker(listener, ops));
+    }
+}
+
+/// Whether systemd asked for watchdog pings (`WATCHDOG_USEC`), and how often; the variables
+/// are removed so no child inherits them.
+///
+/// # Safety
+/// No other thread may exist (it changes the environment).
+pub unsafe fn take_watchdog() -> Option<Duration> {
+    // SAFETY: the caller guarantees that this process has a single thread.
+    unsafe { sd_notify::watchdog_enabled_and_unset_env() }
+}
+
+/// Removes environment variables from this process.
+///
+/// # Safety
+/// No other thread may exist (`setenv`/`unsetenv` are not thread-safe): call it before the
+/// runtime is built.
+pub unsafe fn remove_env(names: &[&str]) {
+    for name in names {
+        // SAFETY: the caller guarantees that this process has a single thread.
+        unsafe { std::env::remove_var(name) };
+    }
+}
+
+/// Takes ownership of an inherited listening socket on `fd` (`LISTEN_FDS`) and marks it
+/// close-on-exec, as `sd_listen_fds` does.
+///
+/// # Safety
+/// `fd` must be a descriptor handed to this process (by systemd or the supervisor) that
+/// nothing else owns, taken exactly once.
+pub unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListener> {
+    // SAFETY: fcntl on a descriptor the caller vouches for.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC) })?;
+    // SAFETY: the caller guarantees the descriptor is ours alone, taken once.
+    Ok(unsafe { std::net::TcpListener::from_raw_fd(fd) })
 }
 
 /// Binds a listening TCP socket with a deep accept queue. std's `TcpListener::bind` uses a

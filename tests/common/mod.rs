@@ -91,15 +91,17 @@ static SPAWNER: LazyLock<Mutex<mpsc::Sender<SpawnRequest>>> = LazyLock::new(|| {
 
 fn spawn_with_death_signal(command: &mut Command) -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent; it runs in the
-    // child between fork and exec, as pre_exec requires.
+    let die_with_parent = || {
+        // SAFETY: prctl with integer arguments, async-signal-safe.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only calls prctl, which is async-signal-safe and touches no memory
+    // of the parent; it runs in the child between fork and exec, as pre_exec requires.
     unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        command.pre_exec(die_with_parent);
     }
     command.spawn()
 }

@@ -26,7 +26,6 @@
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +86,6 @@ pub async fn serve_connection(
 ) {
     let now = Instant::now();
     let stopping = *stop.borrow();
-    let fd = stream.as_raw_fd();
     let logging = shared.log.is_some();
     let mut signal = stop.clone();
     let timer = Box::pin(tokio::time::sleep_until(
@@ -95,7 +93,6 @@ pub async fn serve_connection(
     ));
     let mut connection = Connection {
         stream,
-        fd,
         input: BytesMut::new(),
         output: BytesMut::new(),
         shared,
@@ -119,7 +116,6 @@ pub async fn serve_connection(
 /// One connection. The senders (`send`) are its other `impl` block.
 pub(super) struct Connection {
     pub(super) stream: TcpStream,
-    pub(super) fd: RawFd,
     input: BytesMut,
     /// Answers (heads and small bodies) waiting to be written together.
     pub(super) output: BytesMut,

@@ -10,6 +10,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
@@ -294,7 +295,6 @@ impl Connection {
         len: u64,
         sent: &mut u64,
     ) -> Result<(), FileSendError> {
-        let fd = self.fd;
         let mut left = len;
         while left > 0 {
             // One call moves at most what the socket buffer takes; the cap only keeps the
@@ -304,7 +304,7 @@ impl Connection {
                 .unwrap_or(usize::MAX)
                 .min(1 << 30);
             match self.stream.try_io(Interest::WRITABLE, || {
-                zerocopy::send_file(fd, file, offset, want)
+                zerocopy::send_file(self.stream.as_fd(), file, offset, want)
             }) {
                 Ok(0) => {
                     return Err(FileSendError::File(io::Error::new(
@@ -375,12 +375,10 @@ impl Connection {
     /// Sends all of `data`; with `more`, the kernel holds a partial packet back for what
     /// follows (`MSG_MORE`).
     pub(super) async fn send_all(&mut self, mut data: &[u8], more: bool) -> io::Result<()> {
-        let fd = self.fd;
         while !data.is_empty() {
-            match self
-                .stream
-                .try_io(Interest::WRITABLE, || zerocopy::send(fd, data, more))
-            {
+            match self.stream.try_io(Interest::WRITABLE, || {
+                zerocopy::send(self.stream.as_fd(), data, more)
+            }) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => data = &data[n..],
                 Err(err) if err.kind() == io::ErrorKind::WouldBlock => self.wait_writable().await?,

@@ -9,15 +9,15 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Sends `data` on socket `socket`; with `more`, tells the kernel more follows
 /// (`MSG_MORE`): it holds a partial packet back until the next send without the flag.
-pub fn send(socket: RawFd, data: &[u8], more: bool) -> io::Result<usize> {
+pub fn send(socket: BorrowedFd<'_>, data: &[u8], more: bool) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // SAFETY: `data` is a valid, initialised slice for the duration of the call; the kernel
     // only reads `data.len()` bytes from it. An invalid descriptor is reported as EBADF.
-    let sent = unsafe { libc::send(socket, data.as_ptr().cast(), data.len(), flags) };
+    let sent = unsafe { libc::send(socket.as_raw_fd(), data.as_ptr().cast(), data.len(), flags) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -27,13 +27,18 @@ pub fn send(socket: RawFd, data: &[u8], more: bool) -> io::Result<usize> {
 /// Sends up to `len` bytes of `file` starting at `offset` on socket `socket`, without
 /// copying them through user space. Returns how many were sent; `Ok(0)` for a non-empty
 /// request means the file ended before `offset + len` (it shrank).
-pub fn send_file(socket: RawFd, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+pub fn send_file(
+    socket: BorrowedFd<'_>,
+    file: &File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
     let mut position = libc::off_t::try_from(offset)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
-    // SAFETY: both descriptors are owned by live objects of the caller; `position` is a
+    // SAFETY: both descriptors are borrowed from live objects for the call; `position` is a
     // valid, exclusively borrowed off_t the kernel updates. sendfile with an offset pointer
     // does not move the file's own offset, so concurrent senders of one file do not race.
-    let sent = unsafe { libc::sendfile(socket, file.as_raw_fd(), &mut position, len) };
+    let sent = unsafe { libc::sendfile(socket.as_raw_fd(), file.as_raw_fd(), &mut position, len) };
     if sent < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -44,6 +49,7 @@ pub fn send_file(socket: RawFd, file: &File, offset: u64, len: usize) -> io::Res
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+    use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
 
     #[test]
@@ -51,12 +57,9 @@ mod tests {
         let mut file = tempfile::tempfile().expect("temp file");
         file.write_all(b"0123456789").expect("write");
         let (left, mut right) = UnixStream::pair().expect("socket pair");
-        assert_eq!(send_file(left.as_raw_fd(), &file, 2, 5).expect("sent"), 5);
-        assert_eq!(
-            send_file(left.as_raw_fd(), &file, 10, 5).expect("at end"),
-            0
-        );
-        assert_eq!(send(left.as_raw_fd(), b"!", true).expect("sent"), 1);
+        assert_eq!(send_file(left.as_fd(), &file, 2, 5).expect("sent"), 5);
+        assert_eq!(send_file(left.as_fd(), &file, 10, 5).expect("at end"), 0);
+        assert_eq!(send(left.as_fd(), b"!", true).expect("sent"), 1);
         drop(left);
         let mut received = String::new();
         right.read_to_string(&mut received).expect("read");
