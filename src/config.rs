@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::redis_link::RedisTarget;
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
@@ -241,6 +240,15 @@ pub struct MongoConfig {
     pub path_field: String,
     /// How long to wait for a usable server before a lookup fails (then 503).
     pub timeout: Duration,
+}
+
+/// Where Redis is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One server: `redis://host:port/db`.
+    Single(String),
+    /// A Redis Cluster, given by some of its nodes (the rest are discovered).
+    Cluster(Vec<String>),
 }
 
 /// The Redis cache in front of MongoDB.

@@ -35,14 +35,8 @@ pub enum LinkError {
     Redis(#[from] redis::RedisError),
 }
 
-/// Where Redis is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisTarget {
-    /// One server: `redis://host:port/db`.
-    Single(String),
-    /// A Redis Cluster, given by some of its nodes (the rest are discovered).
-    Cluster(Vec<String>),
-}
+/// Where Redis is: configuration, defined with the rest of it.
+pub use crate::config::RedisTarget;
 
 /// A connection to either kind of target; commands are routed by key in a cluster.
 #[derive(Clone)]

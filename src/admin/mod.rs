@@ -1,5 +1,6 @@
-//! What `musicctl` does, one file per command. Commands reuse [`crate::catalog`] and
-//! [`crate::config`]; none of them reaches into the HTTP server.
+//! What `musicctl` does, one file per command. Commands reuse [`crate::catalog`] (their
+//! clients come from [`crate::catalog::backends`], like the daemon's), [`crate::media`],
+//! [`crate::signing`] and [`crate::config`]; none of them reaches into the HTTP server.
 
 pub mod health;
 pub mod import;
@@ -10,13 +11,8 @@ pub mod reindex;
 pub mod resolve;
 pub mod sign;
 
-use std::sync::Arc;
-
 use crate::catalog::mongo::StoreError;
-use crate::catalog::{TrackCache, TrackStore};
-use crate::config::Config;
-use crate::media::MediaRoots;
-use crate::redis_link::{LinkError, RedisLink};
+use crate::redis_link::LinkError;
 
 /// Why an admin command failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +23,9 @@ pub enum AdminError {
     /// Redis failed.
     #[error(transparent)]
     Redis(#[from] LinkError),
+    /// A client could not be built.
+    #[error(transparent)]
+    Backend(#[from] crate::catalog::backends::BackendError),
     /// A MongoDB operation failed.
     #[error("mongodb: {0}")]
     Mongo(#[from] mongodb::error::Error),
@@ -43,25 +42,4 @@ pub enum AdminError {
     },
 }
 
-/// The backends an admin command talks to.
-pub struct Backends {
-    /// The Redis cache.
-    pub cache: TrackCache,
-    /// The MongoDB store.
-    pub store: TrackStore,
-    /// The media roots.
-    pub roots: MediaRoots,
-}
-
-impl Backends {
-    /// Builds clients for the configured backends (connecting lazily).
-    pub async fn new(config: &Config) -> Result<Backends, AdminError> {
-        let link = Arc::new(RedisLink::new(&config.redis.target, config.redis.timeout)?);
-        Ok(Backends {
-            cache: TrackCache::new(link, &config.redis),
-            store: TrackStore::new(&config.mongodb).await?,
-            roots: MediaRoots::new(config.media_roots.clone())
-                .follow_symlinks(config.follow_symlinks),
-        })
-    }
-}
+pub use crate::catalog::backends::Backends;

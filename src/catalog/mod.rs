@@ -6,6 +6,7 @@
 //! to MongoDB ("bypass"); when MongoDB fails, ids Redis still knows keep resolving and the
 //! others get [`ResolveError::StoreUnavailable`] (the HTTP layer turns that into 503).
 
+pub mod backends;
 pub mod cache;
 pub mod local;
 pub mod mongo;

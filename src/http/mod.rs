@@ -29,10 +29,9 @@ use std::time::Instant;
 
 use axum::http::HeaderValue;
 
-use crate::catalog::{LocalCache, Resolver, TrackCache, TrackStore};
+use crate::catalog::Resolver;
+use crate::catalog::backends::Backends;
 use crate::config::Config;
-use crate::media::MediaRoots;
-use crate::redis_link::RedisLink;
 use file::FileSettings;
 
 pub use router::{App, app};
@@ -42,12 +41,9 @@ pub use track::parse_track_id;
 /// Why the server could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    /// The Redis URL is unusable.
+    /// A backend client could not be built.
     #[error(transparent)]
-    Redis(#[from] crate::redis_link::LinkError),
-    /// The MongoDB URI is unusable.
-    #[error(transparent)]
-    Mongo(#[from] crate::catalog::mongo::StoreError),
+    Backend(#[from] crate::catalog::backends::BackendError),
     /// The access log file cannot be opened.
     #[error("access log: {0}")]
     AccessLog(#[source] std::io::Error),
@@ -80,12 +76,9 @@ impl AppState {
     /// Builds the resolver and file settings from a validated config. Connects to nothing:
     /// backends are reached on first use, so the server starts even while they are down.
     pub async fn new(config: &Config) -> Result<AppState, ServerError> {
-        let link = Arc::new(RedisLink::new(&config.redis.target, config.redis.timeout)?);
-        let cache = TrackCache::new(link, &config.redis);
-        let store = TrackStore::new(&config.mongodb).await?;
+        let (resolver, roots) = Backends::new(config).await?.resolver(config);
         let files = FileSettings {
-            roots: MediaRoots::new(config.media_roots.clone())
-                .follow_symlinks(config.follow_symlinks),
+            roots,
             mode: config.serve_mode,
             cache_control: HeaderValue::from_str(&config.cache_control)
                 .map_err(|_| ServerError::CacheControl)?,
@@ -101,11 +94,7 @@ impl AppState {
             rate_after_bytes: config.limits.rate_after_bytes,
         };
         Ok(AppState {
-            resolver: Arc::new(Resolver::new(
-                LocalCache::new(config.cache.id_ttl, config.cache.id_max_entries),
-                cache,
-                store,
-            )),
+            resolver: Arc::new(resolver),
             files: Arc::new(files),
             started: Instant::now(),
             metrics: Arc::new(metrics::Metrics::default()),
