@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
 

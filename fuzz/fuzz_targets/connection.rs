@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../tests/common/wire_check.rs"]
+#[path = "../../tests/integration/harness/wire_check.rs"]
 mod wire_check;
 
 static SERVER: LazyLock<SocketAddr> = LazyLock::new(start_server);

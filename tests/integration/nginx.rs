@@ -1,10 +1,8 @@
 //! Real nginx in front of musicd with `deploy/nginx.conf`: x-accel-redirect offload (nginx
 //! sends the bytes) and plain proxying.
 
-mod common;
-
-use common::nginx::Nginx;
-use common::{TestEnv, client, pattern, shared_mongo, shared_redis};
+use crate::harness::nginx::Nginx;
+use crate::harness::{TestEnv, client, pattern, shared_mongo, shared_redis};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
@@ -116,7 +114,7 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
         .text()
         .await
         .expect("text");
-    let hits = common::metric(&metrics, "musicd_file_cache_total{result=\"hit\"}")
+    let hits = crate::harness::metric(&metrics, "musicd_file_cache_total{result=\"hit\"}")
         .expect("file cache hits");
     assert!(
         hits >= 2.0,
@@ -187,12 +185,12 @@ async fn hostile_requests_are_answered_well_framed_directly_and_through_nginx() 
     let track = format!("/musicdb/{}/d.mp3", id.to_hex());
     let url = nginx.url(&track);
     tokio::task::spawn_blocking(move || {
-        let mut inputs: Vec<(String, Vec<u8>)> = common::corpus::refused(&track)
+        let mut inputs: Vec<(String, Vec<u8>)> = crate::harness::corpus::refused(&track)
             .into_iter()
             .map(|v| (v.name.to_string(), v.input))
             .collect();
         inputs.extend(
-            common::corpus::odd(&track)
+            crate::harness::corpus::odd(&track)
                 .into_iter()
                 .map(|(name, input)| (name.to_string(), input)),
         );
@@ -201,13 +199,16 @@ async fn hostile_requests_are_answered_well_framed_directly_and_through_nginx() 
                 // Straight to musicd the strict check (requests as musicd frames them);
                 // through nginx, which skips field lines musicd refuses, the lenient one.
                 let checked = if path == "direct" {
-                    let output = common::raw::send_and_read(addr, input).0;
-                    (common::wire_check::check_exchange(input, &output), output)
+                    let output = crate::harness::raw::send_and_read(addr, input).0;
+                    (
+                        crate::harness::wire_check::check_exchange(input, &output),
+                        output,
+                    )
                 } else {
                     let quiet = std::time::Duration::from_secs(3);
-                    let output = common::raw::send_and_read_open(addr, input, quiet);
+                    let output = crate::harness::raw::send_and_read_open(addr, input, quiet);
                     (
-                        common::wire_check::check_exchange_lenient(input, &output),
+                        crate::harness::wire_check::check_exchange_lenient(input, &output),
                         output,
                     )
                 };

@@ -1,15 +1,13 @@
 //! The resolver under faults: Redis or MongoDB killed mid-test, and concurrent misses.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Server, TestEnv, client, fetch, shared_mongo, shared_redis};
+use crate::harness::{Server, TestEnv, client, fetch, shared_mongo, shared_redis};
 use mongodb::bson::doc;
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
-async fn readyz(server: &common::Musicd) -> (StatusCode, serde_json::Value) {
+async fn readyz(server: &crate::harness::Musicd) -> (StatusCode, serde_json::Value) {
     let response = client()
         .get(server.url("/readyz"))
         .send()

@@ -1,13 +1,11 @@
 //! HTTP/1.1 as musicd speaks it on the wire, over raw TCP: pipelining, HTTP/1.0, request
 //! bodies, and large files sent from the open-file cache with sendfile or copied.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, client, pattern};
 use reqwest::StatusCode;
 
 /// One parsed response off a raw connection.

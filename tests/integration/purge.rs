@@ -1,13 +1,11 @@
 //! `musicctl purge` against real Redis: 200,000 keys with awkward bytes, a Redis Cluster,
 //! dry runs, the `*` guard, and purging while musicd serves.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use common::load::hammer;
-use common::{RedisCluster, Server, TestEnv, pattern, shared_mongo};
+use crate::harness::load::hammer;
+use crate::harness::{RedisCluster, Server, TestEnv, pattern, shared_mongo};
 use redis::AsyncCommands;
 
 /// Keys no shell pipeline survives.
@@ -210,7 +208,7 @@ async fn purge_while_musicd_serves_costs_no_request_and_the_cache_refills() {
     // Once the in-process answer (1 s) runs out, the next request refills Redis from MongoDB.
     let mut refilled = false;
     for _ in 0..30 {
-        let response = common::client()
+        let response = crate::harness::client()
             .get(server.track_url(&id))
             .send()
             .await
@@ -232,7 +230,7 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
     let new_path = env.write_file("v2.mp3", b"new version");
     let servers = [env.musicd().await, env.musicd().await];
     for server in &servers {
-        let (_, _, body) = common::fetch(&server.track_url(&id)).await;
+        let (_, _, body) = crate::harness::fetch(&server.track_url(&id)).await;
         assert_eq!(body.as_ref(), b"old version");
     }
     // The catalogue moves the track; the operator purges its cache entry.
@@ -248,7 +246,7 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
     assert_eq!(code, Some(0));
     for server in &servers {
         loop {
-            let (_, _, body) = common::fetch(&server.track_url(&id)).await;
+            let (_, _, body) = crate::harness::fetch(&server.track_url(&id)).await;
             if body.as_ref() == b"new version" {
                 break;
             }

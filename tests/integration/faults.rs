@@ -1,14 +1,12 @@
 //! Faults under a bounded load with every response checked: Redis restarted, MongoDB
 //! stopped, files replaced and truncated while being served.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::load::{Check, hammer_checked};
-use common::{Server, TestEnv, client, pattern, shared_mongo, shared_redis};
+use crate::harness::load::{Check, hammer_checked};
+use crate::harness::{Server, TestEnv, client, pattern, shared_mongo, shared_redis};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 

@@ -1,13 +1,11 @@
 //! The binaries as an operator runs them: `musicd run` with a config file (access log,
 //! graceful stop, config errors) and `musicctl import` / `resolve`.
 
-mod common;
-
 use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, client, free_port, pattern};
+use crate::harness::{TestEnv, client, free_port, pattern};
 use mongodb::bson::{Bson, doc};
 use reqwest::StatusCode;
 
@@ -31,7 +29,7 @@ impl Daemon {
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(stderr);
-        let child = common::spawn(command);
+        let child = crate::harness::spawn(command);
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -180,7 +178,7 @@ async fn a_bad_config_stops_musicd_with_a_message_naming_the_key_and_the_file() 
             format!("{roots}{text}")
         };
         std::fs::write(&file, &text).expect("write");
-        let output = common::clean_command("musicd")
+        let output = crate::harness::clean_command("musicd")
             .args(["run", "--config"])
             .arg(&file)
             .output()
@@ -201,7 +199,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     env.write_file("Other/Three.m4a", b"three");
 
     let import = || {
-        common::clean_command("musicctl")
+        crate::harness::clean_command("musicctl")
             .arg("--config")
             .arg(&env.config_file)
             .arg("import")
@@ -242,7 +240,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     let id = two.get_object_id("_id").expect("id").to_hex();
     assert!(stdout.contains(&id));
 
-    let list = common::clean_command("musicctl")
+    let list = crate::harness::clean_command("musicctl")
         .arg("--config")
         .arg(&env.config_file)
         .arg("list")
@@ -257,7 +255,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     )));
 
     let resolve = |id: &str| {
-        common::clean_command("musicctl")
+        crate::harness::clean_command("musicctl")
             .arg("--config")
             .arg(&env.config_file)
             .args(["resolve", id, "--json"])
@@ -282,7 +280,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     assert_eq!(invalid.status.code(), Some(2));
 
     // A directory outside the media roots is refused: musicd could never serve it.
-    let outside = common::clean_command("musicctl")
+    let outside = crate::harness::clean_command("musicctl")
         .arg("--config")
         .arg(&env.config_file)
         .arg("import")
@@ -297,7 +295,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
 /// request has its line, before the move in the old file, after the signal in the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
-    let scratch = common::tempdir();
+    let scratch = crate::harness::tempdir();
     let path = scratch.path().join("access.log");
     let setting = format!("access_log.path={}", path.display());
     let env = TestEnv::shared_with(&[setting.as_str(), "access_log.format=combined"]).await;

@@ -1,12 +1,10 @@
 //! The files in `deploy/` work with the binaries: systemd accepts the units, socket
 //! activation hands musicd its socket, and the samples agree with each other.
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, bin, client, free_port};
+use crate::harness::{TestEnv, bin, client, free_port};
 use reqwest::StatusCode;
 
 fn deploy(name: &str) -> String {
@@ -18,7 +16,7 @@ fn deploy(name: &str) -> String {
 
 #[test]
 fn systemd_analyze_verify_accepts_the_units() {
-    let dir = common::tempdir();
+    let dir = crate::harness::tempdir();
     // verify checks that ExecStart exists: point it at the binary this test built.
     let service = deploy("musicd.service").replace(
         "/usr/local/bin/musicd",
@@ -75,7 +73,7 @@ async fn musicd_run_serves_on_a_socket_passed_by_systemd_socket_activation() {
         .arg("run")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = common::spawn(activator);
+    let mut child = crate::harness::spawn(activator);
     // The config says listen = 127.0.0.1:0: only the passed socket can answer on `port`.
     let url = format!("http://127.0.0.1:{port}/musicdb/{}/s.mp3", id.to_hex());
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -2,19 +2,23 @@
 //! proxies or the PROXY protocol, every request's line after a stop, GoAccess reading it,
 //! and the latency histograms and Grafana dashboard over `/metrics`.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::raw::{connect, exchange, read_to_close};
-use common::{TestEnv, client, pattern};
+use crate::harness::raw::{connect, exchange, read_to_close};
+use crate::harness::{TestEnv, client, pattern};
 
 /// A musicd writing its access log to a file, with these extra settings.
 async fn logging_server(
     extra: &[&str],
-) -> (TestEnv, common::Musicd, PathBuf, tempfile::TempDir, String) {
-    let scratch = common::tempdir();
+) -> (
+    TestEnv,
+    crate::harness::Musicd,
+    PathBuf,
+    tempfile::TempDir,
+    String,
+) {
+    let scratch = crate::harness::tempdir();
     let path = scratch.path().join("access.log");
     let mut settings = vec![
         format!("access_log.path={}", path.display()),

@@ -7,6 +7,7 @@
 //! * a response to HEAD, a 1xx, 204 or 304 has no body;
 //! * never more final responses than complete requests (plus one refusal).
 
+// The fuzz target includes this file for `check_exchange` alone.
 #![allow(dead_code)]
 
 /// One response off the wire.

@@ -1,19 +1,19 @@
 //! RFC 9112 / RFC 9110 conformance over raw TCP: every MUST a server has, each test named
 //! after the rule it checks. Every exchange is read with the strict response reader of
-//! `common::wire_check` (well framed, no body after HEAD/204/304, never more responses
+//! `crate::harness::wire_check` (well framed, no body after HEAD/204/304, never more responses
 //! than requests), so each test also checks framing.
-
-mod common;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::corpus;
-use common::raw::{closes_within, connect, exchange, read_responses};
-use common::{TestEnv, pattern};
+use crate::harness::corpus;
+use crate::harness::raw::{closes_within, connect, exchange, read_responses};
+use crate::harness::{TestEnv, pattern};
 
 /// A musicd with one 300 KiB track (over the in-memory limit: sent from the open file).
-async fn server_with_track(overrides: &[&str]) -> (TestEnv, common::Musicd, String, Vec<u8>) {
+async fn server_with_track(
+    overrides: &[&str],
+) -> (TestEnv, crate::harness::Musicd, String, Vec<u8>) {
     let env = TestEnv::shared_with(overrides).await;
     let bytes = pattern(300 * 1024 + 7, 41);
     let (id, _) = env.track("big.mp3", &bytes).await;
@@ -441,8 +441,8 @@ async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
                     }
                 }
             }
-            let (output, _) = common::raw::send_and_read(addr, &input);
-            if let Err(violation) = common::wire_check::check_exchange(&input, &output) {
+            let (output, _) = crate::harness::raw::send_and_read(addr, &input);
+            if let Err(violation) = crate::harness::wire_check::check_exchange(&input, &output) {
                 panic!(
                     "round {round}: {violation}\ninput: {:?}\noutput: {:?}",
                     String::from_utf8_lossy(&input),

@@ -1,11 +1,9 @@
 //! The HTTP contract of DESIGN.md §3, row by row, over real TCP against real Redis and
 //! MongoDB.
 
-mod common;
-
 use std::time::{Duration, SystemTime};
 
-use common::{TestEnv, client, fetch_with, pattern};
+use crate::harness::{TestEnv, client, fetch_with, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
@@ -358,8 +356,8 @@ async fn an_invalid_id_is_400_and_an_unknown_id_is_404_with_json_and_a_negative_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_id_inserted_after_its_negative_entry_is_served_once_the_entry_expires() {
     let env = TestEnv::with(
-        &common::shared_redis().redis_url(),
-        &common::shared_mongo().mongo_uri(),
+        &crate::harness::shared_redis().redis_url(),
+        &crate::harness::shared_mongo().mongo_uri(),
         &["redis.negative_ttl_secs=1"],
     )
     .await;
@@ -566,8 +564,8 @@ async fn a_file_truncated_while_streaming_ends_the_response_and_the_server_lives
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offload_modes_answer_with_the_internal_redirect_header() {
-    let redis = common::shared_redis().redis_url();
-    let mongo = common::shared_mongo().mongo_uri();
+    let redis = crate::harness::shared_redis().redis_url();
+    let mongo = crate::harness::shared_mongo().mongo_uri();
     let env = TestEnv::with(&redis, &mongo, &["serve_mode=x-accel-redirect"]).await;
     let (id, _) = env.track("Artist/My Song #1.mp3", &pattern(100, 11)).await;
     let server = env.musicd().await;
@@ -658,7 +656,8 @@ async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
     assert!(h(response.headers(), "content-type").starts_with("text/plain; version=0.0.4"));
     let text = response.text().await.expect("text");
     let value = |series: &str| -> f64 {
-        common::metric(&text, series).unwrap_or_else(|| panic!("{series} missing in\n{text}"))
+        crate::harness::metric(&text, series)
+            .unwrap_or_else(|| panic!("{series} missing in\n{text}"))
     };
     assert_eq!(
         value("musicd_requests_total{route=\"track\",status=\"200\"}"),

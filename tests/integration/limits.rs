@@ -1,13 +1,11 @@
 //! Client limits over raw TCP: slowloris headers, idle keep-alive, oversized heads and
 //! URLs, the connection cap, and clients that stop reading.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, client, pattern};
 use reqwest::StatusCode;
 
 /// Reads until the server closes; returns what arrived and how long it took.
@@ -170,8 +168,9 @@ async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
             .as_bytes(),
         )
         .expect("write");
-    let open =
-        |text: &str| -> f64 { common::metric(text, "musicd_open_connections").unwrap_or(-1.0) };
+    let open = |text: &str| -> f64 {
+        crate::harness::metric(text, "musicd_open_connections").unwrap_or(-1.0)
+    };
     let scrape = || async {
         let text = reqwest::Client::builder()
             .pool_max_idle_per_host(0)

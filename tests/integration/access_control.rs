@@ -2,13 +2,11 @@
 //! offload modes, against an independent HMAC from `openssl`), `musicctl sign`, CORS with
 //! a real Chromium page on another origin, `?download`, and pacing.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, client, metric, pattern};
+use crate::harness::{TestEnv, client, metric, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
@@ -78,7 +76,7 @@ async fn error_of(response: reqwest::Response) -> (StatusCode, String) {
 /// refusals cost no lookup.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_links_are_checked_before_any_lookup() {
-    let keys = common::tempdir();
+    let keys = crate::harness::tempdir();
     let env = env_with(&key_settings(&keys, true)).await;
     let bytes = pattern(3000, 5);
     let (id, _) = env.track("s.mp3", &bytes).await;
@@ -199,7 +197,7 @@ async fn signed_links_are_checked_before_any_lookup() {
 /// check holds in x-accel-redirect mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn optional_signatures_and_offload_modes_check_the_same_way() {
-    let keys = common::tempdir();
+    let keys = crate::harness::tempdir();
     for mode in ["direct", "x-accel-redirect", "x-sendfile"] {
         let mut settings = key_settings(&keys, mode != "direct");
         settings.push(format!("serve_mode={mode}"));
@@ -351,8 +349,8 @@ async fn paced_downloads_take_the_time_the_rate_says() {
 /// that is not allowed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_web_player_on_another_origin_can_seek_with_fetch() {
-    let pages = common::tempdir();
-    let page_port = common::free_port();
+    let pages = crate::harness::tempdir();
+    let page_port = crate::harness::free_port();
     let allowed = format!("http://127.0.0.1:{page_port}");
     let setting = format!("cors.allow_origins=[\"{allowed}\"]");
     let env = TestEnv::shared_with(&[setting.as_str()]).await;
@@ -414,7 +412,7 @@ async fn a_web_player_on_another_origin_can_seek_with_fetch() {
          </script></body></html>"
     );
     std::fs::write(pages.path().join("player.html"), page).expect("page");
-    let mut static_server = common::spawn({
+    let mut static_server = crate::harness::spawn({
         let mut command = Command::new("python3");
         command
             .args([
@@ -454,7 +452,7 @@ async fn a_web_player_on_another_origin_can_seek_with_fetch() {
 
 /// Loads `url` in headless Chromium and returns the page's `data-result`.
 fn chromium_result(url: &str) -> String {
-    let profile = common::tempdir();
+    let profile = crate::harness::tempdir();
     let chromium = ["chromium", "chromium-browser"]
         .into_iter()
         .map(PathBuf::from)

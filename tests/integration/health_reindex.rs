@@ -1,9 +1,7 @@
 //! `musicctl health` exit codes against real outages, `musicctl reindex` (and `--prune`) on
 //! 100,000 documents, and both over a Redis Cluster and a MongoDB replica set.
 
-mod common;
-
-use common::{RedisCluster, Server, TestEnv, mongo_replica_set, shared_mongo};
+use crate::harness::{RedisCluster, Server, TestEnv, mongo_replica_set, shared_mongo};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Document, doc};
 use redis::AsyncCommands;
@@ -231,7 +229,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
 
     let server = env.musicd().await;
     for (i, id) in ids.iter().enumerate() {
-        let response = common::client()
+        let response = crate::harness::client()
             .get(server.track_url(id))
             .send()
             .await
@@ -243,7 +241,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
         );
     }
     let unknown = ObjectId::new();
-    let response = common::client()
+    let response = crate::harness::client()
         .get(server.track_url(&unknown))
         .send()
         .await
@@ -251,7 +249,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
     assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
     // Negative entry written through the cluster connection.
     assert_eq!(cluster.sizes().iter().sum::<u64>(), 51);
-    let readyz: serde_json::Value = common::client()
+    let readyz: serde_json::Value = crate::harness::client()
         .get(server.url("/readyz"))
         .send()
         .await

@@ -2,17 +2,15 @@
 //! under load, giving up, zero-downtime restarts and reloads, graceful stop, log reopening,
 //! and sd_notify readiness.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use common::load::hammer;
-use common::supervised::{Supervised, alive, signal};
-use common::{TestEnv, client, free_port, pattern};
+use crate::harness::load::hammer;
+use crate::harness::supervised::{Supervised, alive, signal};
+use crate::harness::{TestEnv, client, free_port, pattern};
 use reqwest::StatusCode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -320,7 +318,7 @@ async fn musicd_run_notifies_ready_after_it_accepts_and_stopping_on_sigterm() {
         .env("WATCHDOG_USEC", "200000")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = common::spawn(command);
+    let mut child = crate::harness::spawn(command);
 
     let mut buf = [0u8; 4096];
     let n = socket.recv(&mut buf).expect("a notification");

@@ -1,0 +1,65 @@
+//! HTTP from a test: a client, fetch helpers, `/metrics` series, test patterns.
+
+use std::time::Duration;
+
+/// The value of one series (name and labels, as printed) in a `/metrics` text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// deterministic pseudo-random bytes, so every offset has a distinct value to check.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+        | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// An HTTP client that does not follow redirects or decompress.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("http client")
+}
+
+/// GET `url` with extra headers: status, headers and the whole body.
+pub async fn fetch_with(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> (
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    bytes::Bytes,
+) {
+    let mut request = client().get(url);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("body");
+    (status, headers, body)
+}
+
+/// GET `url`: status, headers and the whole body.
+pub async fn fetch(
+    url: &str,
+) -> (
+    reqwest::StatusCode,
+    reqwest::header::HeaderMap,
+    bytes::Bytes,
+) {
+    fetch_with(url, &[]).await
+}

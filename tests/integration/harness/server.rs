@@ -1,0 +1,76 @@
+//! musicd in the test's own runtime, on a free port.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use mongodb::bson::oid::ObjectId;
+use musicd::config::Config;
+use musicd::http::{AppState, ServeOptions};
+
+/// musicd running in this test's runtime.
+pub struct Musicd {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Musicd {
+    /// Binds a free port and serves `config` on it.
+    pub async fn start(config: &Config) -> Musicd {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let state = AppState::new(config).await.expect("app state");
+        let metrics = std::sync::Arc::clone(&state.metrics);
+        let app = musicd::http::app(state, &config.route_prefixes);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let options = ServeOptions {
+            grace: Duration::from_secs(5),
+            metrics: Some(metrics),
+            ..ServeOptions::from_config(config)
+        };
+        let task = tokio::spawn(musicd::http::serve(
+            listener,
+            app,
+            async {
+                let _ = stopped.await;
+            },
+            options,
+        ));
+        Musicd {
+            addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// `http://addr{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The canonical track URL of an id.
+    pub fn track_url(&self, id: &ObjectId) -> String {
+        self.url(&format!("/musicdb/{}/song.mp3", id.to_hex()))
+    }
+
+    /// Stops accepting and drains.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Musicd {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

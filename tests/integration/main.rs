@@ -1,0 +1,22 @@
+//! The integration tests: one binary over one harness, a module per feature (the way
+//! ripgrep does it), so the crate is linked once instead of once per file.
+//!
+//! Every module drives real servers (`redis-server`, `mongod`, nginx, Chromium, GoAccess)
+//! that [`harness`] starts privately on free loopback ports; tests run in parallel.
+
+mod harness;
+
+mod access_control;
+mod access_log;
+mod binaries;
+mod conformance;
+mod deploy;
+mod faults;
+mod health_reindex;
+mod http_contract;
+mod limits;
+mod nginx;
+mod purge;
+mod resolver_faults;
+mod supervisor;
+mod wire;
