@@ -219,7 +219,6 @@ async fn serve_until_stopped(
         },
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
-    let metrics = Arc::clone(&state.metrics);
     let access_log = state.access_log.clone();
     let app = http::app(state, &config.route_prefixes);
     // Ready means "accepting": the socket is listening and the router is built. Backends
@@ -235,9 +234,44 @@ async fn serve_until_stopped(
         });
     }
     tokio::spawn(other_signals(options.log_file.clone(), access_log));
+    let stop = async {
+        stop_signal().await;
+        notify::stopping();
+    };
+    let listeners = Listeners {
+        http: listener,
+        ops: ops_listener,
+    };
+    serve(&config, app, listeners, stop).await?;
+    tracing::info!("musicd stopped");
+    Ok(())
+}
+
+/// The listening sockets of a server.
+pub struct Listeners {
+    /// The public address (`listen`), already listening.
+    pub http: TcpListener,
+    /// The ops address (`ops_listen`), when configured.
+    pub ops: Option<std::net::TcpListener>,
+}
+
+/// Serves `app` on `listeners` until `stop` completes, then drains: one single-threaded
+/// event loop per core (`worker_threads`), this task being the first, plus the ops
+/// listener on this loop. This is `musicd run` once its sockets, state and signals are set
+/// up; the integration tests start musicd through it too, per-core loops included.
+pub async fn serve(
+    config: &Config,
+    app: http::App,
+    listeners: Listeners,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let Listeners {
+        http: listener,
+        ops: ops_listener,
+    } = listeners;
     let options = ServeOptions {
-        metrics: Some(metrics),
-        ..ServeOptions::from_config(&config)
+        metrics: Some(Arc::clone(&app.state.metrics)),
+        ..ServeOptions::from_config(config)
     };
 
     // One single-threaded event loop per core, each accepting on its own descriptor of the
@@ -293,8 +327,7 @@ async fn serve_until_stopped(
         loops.push(spawned);
     }
     let stop = async move {
-        stop_signal().await;
-        notify::stopping();
+        stop.await;
         let _ = stop_tx.send(true);
     };
     http::serve(listener, app, stop, options)
@@ -315,7 +348,6 @@ async fn serve_until_stopped(
             _ => tracing::warn!("an event loop panicked"),
         }
     }
-    tracing::info!("musicd stopped");
     Ok(())
 }
 

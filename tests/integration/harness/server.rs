@@ -1,18 +1,21 @@
-//! musicd in the test's own runtime, on a free port.
+//! musicd in the test's own process, on a free port, started through the entry point
+//! `musicd run` uses ([`musicd::daemon::serve`]): the per-core event loops, the ops
+//! listener and the access-log buffers are the production ones.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use mongodb::bson::oid::ObjectId;
 use musicd::config::Config;
-use musicd::http::{AppState, ServeOptions};
+use musicd::daemon::{DaemonError, Listeners};
+use musicd::http::AppState;
 
 /// musicd running in this test's runtime.
 pub struct Musicd {
     /// Where it listens.
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), DaemonError>>>,
 }
 
 impl Musicd {
@@ -22,23 +25,22 @@ impl Musicd {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let state = AppState::new(config).await.expect("app state");
-        let metrics = std::sync::Arc::clone(&state.metrics);
+        // A test's stop should not wait the production grace period for a stuck client.
+        let mut config = config.clone();
+        config.daemon.stop_timeout = config.daemon.stop_timeout.min(Duration::from_secs(5));
+        let state = AppState::new(&config).await.expect("app state");
         let app = musicd::http::app(state, &config.route_prefixes);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let options = ServeOptions {
-            grace: Duration::from_secs(5),
-            metrics: Some(metrics),
-            ..ServeOptions::from_config(config)
+        let listeners = Listeners {
+            http: listener,
+            ops: None,
         };
-        let task = tokio::spawn(musicd::http::serve(
-            listener,
-            app,
-            async {
+        let task = tokio::spawn(async move {
+            musicd::daemon::serve(&config, app, listeners, async {
                 let _ = stopped.await;
-            },
-            options,
-        ));
+            })
+            .await
+        });
         Musicd {
             addr,
             stop: Some(stop),
