@@ -6,13 +6,25 @@
 //! same way wherever it came from: with its dotted key path and its source. The result is
 //! validated once (listen address, media roots that exist, TTLs); the rest of the crate only
 //! sees typed values and never reads the environment itself.
+//!
+//! This file holds the typed configuration and loading; [`sources`] the layers and their
+//! merge, `raw` the raw shapes, `validate` the validation and every default (which
+//! `deploy/musicd.toml` states too: a test compares the two).
+
+mod raw;
+pub mod sources;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use self::raw::RawConfig;
+pub use self::sources::Sources;
+use self::sources::{env_key, read_file, remove_key, set_key};
 
 /// Default location of the configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
@@ -267,161 +279,6 @@ pub struct RedisConfig {
     pub timeout: Duration,
 }
 
-/// The raw shape of the file; every field optional so that defaults live in one place.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    listen: Option<String>,
-    ops_listen: Option<String>,
-    media_roots: Option<Vec<PathBuf>>,
-    serve_mode: Option<ServeMode>,
-    route_prefixes: Option<Vec<String>>,
-    cache_control: Option<String>,
-    max_ranges: Option<usize>,
-    accel_location: Option<String>,
-    log_level: Option<String>,
-    worker_threads: Option<usize>,
-    #[serde(default)]
-    mongodb: RawMongo,
-    #[serde(default)]
-    redis: RawRedis,
-    #[serde(default)]
-    daemon: RawDaemon,
-    #[serde(default)]
-    cache: RawCache,
-    #[serde(default)]
-    limits: RawLimits,
-    follow_symlinks: Option<bool>,
-    zero_copy: Option<bool>,
-    trusted_proxies: Option<Vec<String>>,
-    proxy_protocol: Option<bool>,
-    #[serde(default)]
-    access_log: RawAccessLog,
-    #[serde(default)]
-    signing: RawSigning,
-    #[serde(default)]
-    cors: RawCors,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSigning {
-    required: Option<bool>,
-    keys: Option<Vec<RawKey>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawKey {
-    id: String,
-    secret_file: PathBuf,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCors {
-    allow_origins: Option<Vec<String>>,
-    max_age_secs: Option<u32>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawAccessLog {
-    format: Option<AccessLogFormat>,
-    path: Option<PathBuf>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimits {
-    header_read_timeout_secs: Option<u64>,
-    body_read_timeout_secs: Option<u64>,
-    idle_timeout_secs: Option<u64>,
-    write_timeout_secs: Option<u64>,
-    max_header_bytes: Option<usize>,
-    max_uri_bytes: Option<usize>,
-    max_connections: Option<usize>,
-    rate_after_bytes: Option<u64>,
-    rate_bytes_per_sec: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCache {
-    id_ttl_ms: Option<u64>,
-    id_max_entries: Option<usize>,
-    file_max_bytes: Option<u64>,
-    file_total_bytes: Option<u64>,
-    open_files: Option<usize>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawDaemon {
-    pid_file: Option<PathBuf>,
-    log_file: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
-    min_uptime_secs: Option<u64>,
-    backoff_max_secs: Option<u64>,
-    max_restarts: Option<u32>,
-    restart_window_secs: Option<u64>,
-    stop_timeout_secs: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMongo {
-    uri: Option<String>,
-    database: Option<String>,
-    collection: Option<String>,
-    path_field: Option<String>,
-    timeout_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRedis {
-    url: Option<String>,
-    cluster: Option<Vec<String>>,
-    prefix: Option<String>,
-    ttl_secs: Option<u64>,
-    negative_ttl_secs: Option<u64>,
-    ttl_jitter_percent: Option<u8>,
-    timeout_ms: Option<u64>,
-}
-
-/// Tables whose keys may be set from `MUSICD_<TABLE>_<KEY>`.
-const TABLES: &[&str] = &[
-    "mongodb",
-    "redis",
-    "daemon",
-    "cache",
-    "limits",
-    "access_log",
-];
-
-/// Where the configuration comes from; see [`Config::load`].
-#[derive(Debug, Default, Clone)]
-pub struct Sources {
-    /// The TOML file. `None` means "the default path if it exists, else built-in defaults".
-    pub file: Option<PathBuf>,
-    /// Environment variables (normally `std::env::vars()`); only `MUSICD_*` ones are read.
-    pub env: Vec<(String, String)>,
-    /// `key=value` overrides from flags, applied last, e.g. `redis.url=redis://...`.
-    pub overrides: Vec<String>,
-}
-
-impl Sources {
-    /// Sources for a binary: the given file, the process environment, and flag overrides.
-    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
-        Sources {
-            file,
-            env: std::env::vars().collect(),
-            overrides,
-        }
-    }
-}
-
 impl Config {
     /// Loads, merges and validates the configuration.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
@@ -543,447 +400,10 @@ impl Config {
     }
 }
 
-impl RawConfig {
-    fn validate(
-        self,
-        file: Option<PathBuf>,
-        err_at: &dyn Fn(&str, String) -> ConfigError,
-        check_roots: bool,
-    ) -> Result<Config, ConfigError> {
-        let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:23001".into());
-        let listen: SocketAddr = listen_text
-            .parse()
-            .map_err(|e| err_at("listen", format!("`{listen_text}` is not an address: {e}")))?;
-
-        let roots = self
-            .media_roots
-            .unwrap_or_else(|| vec![PathBuf::from("/srv/music")]);
-        if roots.is_empty() {
-            return Err(err_at(
-                "media_roots",
-                "at least one media root is needed".into(),
-            ));
-        }
-        let mut media_roots = Vec::with_capacity(roots.len());
-        for root in roots {
-            if !root.is_absolute() {
-                return Err(err_at(
-                    "media_roots",
-                    format!("{} is not an absolute path", root.display()),
-                ));
-            }
-            let canonical = match std::fs::canonicalize(&root) {
-                Ok(canonical) => canonical,
-                Err(_) if !check_roots => root.clone(),
-                Err(e) => return Err(err_at("media_roots", format!("{}: {e}", root.display()))),
-            };
-            if check_roots && !canonical.is_dir() {
-                return Err(err_at(
-                    "media_roots",
-                    format!("{} is not a directory", root.display()),
-                ));
-            }
-            media_roots.push(canonical);
-        }
-
-        let route_prefixes = self
-            .route_prefixes
-            .unwrap_or_else(|| vec!["/musicdb".into(), "/stream/musicdb".into()]);
-        for prefix in &route_prefixes {
-            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
-                return Err(err_at(
-                    "route_prefixes",
-                    format!("`{prefix}` must start with / and not end with /"),
-                ));
-            }
-        }
-        let accel_location = self.accel_location.unwrap_or_else(|| "/internal".into());
-        if !accel_location.starts_with('/') || accel_location.ends_with('/') {
-            return Err(err_at(
-                "accel_location",
-                "must start with / and not end with /".into(),
-            ));
-        }
-        let max_ranges = self.max_ranges.unwrap_or(16);
-        if max_ranges == 0 {
-            return Err(err_at("max_ranges", "must be at least 1".into()));
-        }
-
-        let mongo = self.mongodb;
-        let path_field = mongo.path_field.unwrap_or_else(|| "path".into());
-        if path_field.is_empty() || path_field.starts_with('$') || path_field == "_id" {
-            return Err(err_at(
-                "mongodb.path_field",
-                "must name a plain field".into(),
-            ));
-        }
-        let mongodb = MongoConfig {
-            uri: mongo
-                .uri
-                .unwrap_or_else(|| "mongodb://127.0.0.1:27017".into()),
-            database: mongo.database.unwrap_or_else(|| "musicdb".into()),
-            collection: mongo.collection.unwrap_or_else(|| "tracks".into()),
-            path_field,
-            timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(2000).max(1)),
-        };
-        if !mongodb.uri.starts_with("mongodb://") && !mongodb.uri.starts_with("mongodb+srv://") {
-            return Err(err_at(
-                "mongodb.uri",
-                "must start with mongodb:// or mongodb+srv://".into(),
-            ));
-        }
-
-        let redis = self.redis;
-        let ttl_secs = redis.ttl_secs.unwrap_or(86_400);
-        let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(60);
-        if ttl_secs == 0 {
-            return Err(err_at("redis.ttl_secs", "must be at least 1".into()));
-        }
-        if negative_ttl_secs == 0 {
-            return Err(err_at(
-                "redis.negative_ttl_secs",
-                "must be at least 1".into(),
-            ));
-        }
-        let jitter = redis.ttl_jitter_percent.unwrap_or(10);
-        if jitter > 100 {
-            return Err(err_at("redis.ttl_jitter_percent", "must be 0..=100".into()));
-        }
-        let prefix = redis.prefix.unwrap_or_else(|| "track_".into());
-        if prefix.is_empty() {
-            return Err(err_at(
-                "redis.prefix",
-                "must not be empty (purges match on it)".into(),
-            ));
-        }
-        let cluster = redis.cluster.unwrap_or_default();
-        for node in &cluster {
-            if redis::parse_redis_url(node).is_none() {
-                return Err(err_at(
-                    "redis.cluster",
-                    format!("`{node}` is not a redis:// URL"),
-                ));
-            }
-        }
-        let target = if cluster.is_empty() {
-            let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-            if redis::parse_redis_url(&url).is_none() {
-                return Err(err_at(
-                    "redis.url",
-                    format!("`{url}` is not a redis:// URL"),
-                ));
-            }
-            RedisTarget::Single(url)
-        } else {
-            if redis.url.is_some() {
-                return Err(err_at(
-                    "redis.cluster",
-                    "set either redis.url or redis.cluster, not both".into(),
-                ));
-            }
-            RedisTarget::Cluster(cluster)
-        };
-        let redis = RedisConfig {
-            target,
-            prefix,
-            ttl: Duration::from_secs(ttl_secs),
-            negative_ttl: Duration::from_secs(negative_ttl_secs),
-            ttl_jitter: f64::from(jitter) / 100.0,
-            timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(250).max(1)),
-        };
-
-        let daemon = self.daemon;
-        let mut paths = Vec::new();
-        for (key, value, default) in [
-            ("daemon.pid_file", daemon.pid_file, "/run/musicd/musicd.pid"),
-            (
-                "daemon.log_file",
-                daemon.log_file,
-                "/var/log/musicd/musicd.log",
-            ),
-            ("daemon.state_dir", daemon.state_dir, "/var/lib/musicd"),
-        ] {
-            let path = value.unwrap_or_else(|| PathBuf::from(default));
-            // The supervisor runs from `/`, so relative paths would move under it.
-            if !path.is_absolute() {
-                return Err(err_at(
-                    key,
-                    format!("{} is not an absolute path", path.display()),
-                ));
-            }
-            paths.push(path);
-        }
-        let [pid_file, log_file, state_dir]: [PathBuf; 3] = paths
-            .try_into()
-            .map_err(|_| err_at("daemon", "internal: path count".into()))?;
-        let backoff_max = Duration::from_secs(daemon.backoff_max_secs.unwrap_or(30));
-        if backoff_max < Duration::from_millis(100) {
-            return Err(err_at(
-                "daemon.backoff_max_secs",
-                "must be at least 1".into(),
-            ));
-        }
-        let daemon = DaemonConfig {
-            pid_file,
-            log_file,
-            state_dir,
-            min_uptime: Duration::from_secs(daemon.min_uptime_secs.unwrap_or(10)),
-            backoff_max,
-            max_restarts: daemon.max_restarts.unwrap_or(10),
-            restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
-            stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
-        };
-
-        let cache = CacheConfig {
-            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(1000)),
-            id_max_entries: self.cache.id_max_entries.unwrap_or(100_000),
-            file_max_bytes: self.cache.file_max_bytes.unwrap_or(256 * 1024),
-            file_total_bytes: self.cache.file_total_bytes.unwrap_or(256 * 1024 * 1024),
-            open_files: self.cache.open_files.unwrap_or(1024),
-        };
-        if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
-            return Err(err_at(
-                "cache.file_max_bytes",
-                "must not exceed cache.file_total_bytes".into(),
-            ));
-        }
-
-        let raw_limits = self.limits;
-        let limits = LimitsConfig {
-            header_read_timeout: Duration::from_secs(
-                raw_limits.header_read_timeout_secs.unwrap_or(10).max(1),
-            ),
-            body_read_timeout: Duration::from_secs(
-                raw_limits.body_read_timeout_secs.unwrap_or(10).max(1),
-            ),
-            idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
-            write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),
-            // Below 8 KiB, ordinary browsers with a few cookies would be refused.
-            max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
-            max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
-            max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
-            rate_after_bytes: raw_limits.rate_after_bytes.unwrap_or(0),
-            rate_bytes_per_sec: raw_limits.rate_bytes_per_sec.unwrap_or(0),
-        };
-
-        let mut trusted_proxies = Vec::new();
-        let trusted = self
-            .trusted_proxies
-            .unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
-        for text in trusted {
-            // A bare address is a network of one.
-            let net = text
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| {
-                    err_at(
-                        "trusted_proxies",
-                        format!("`{text}` is not a CIDR network (e.g. 10.0.0.0/8) or an address"),
-                    )
-                })?;
-            trusted_proxies.push(net);
-        }
-        let access_log = AccessLogConfig {
-            format: self.access_log.format.unwrap_or(AccessLogFormat::Combined),
-            path: self.access_log.path,
-        };
-        if let Some(path) = &access_log.path
-            && !path.is_absolute()
-        {
-            return Err(err_at("access_log.path", "must be an absolute path".into()));
-        }
-
-        let mut keys = Vec::new();
-        for key in self.signing.keys.unwrap_or_default() {
-            if key.id.is_empty() || keys.iter().any(|(id, _): &(String, Vec<u8>)| *id == key.id) {
-                return Err(err_at(
-                    "signing.keys",
-                    format!("key id `{}` is empty or repeated", key.id),
-                ));
-            }
-            let text = std::fs::read(&key.secret_file).map_err(|e| {
-                err_at(
-                    "signing.keys",
-                    format!("secret_file {}: {e}", key.secret_file.display()),
-                )
-            })?;
-            // The file's contents without a trailing newline (what `echo > file` adds).
-            let secret = text.trim_ascii_end().to_vec();
-            if secret.len() < 16 {
-                return Err(err_at(
-                    "signing.keys",
-                    format!("the secret of `{}` is shorter than 16 bytes", key.id),
-                ));
-            }
-            keys.push((key.id, secret));
-        }
-        let required = self.signing.required.unwrap_or(false);
-        if required && keys.is_empty() {
-            return Err(err_at(
-                "signing.required",
-                "signing is required but no key is configured".into(),
-            ));
-        }
-        let signing = SigningConfig { required, keys };
-        let cors = CorsConfig {
-            allow_origins: self.cors.allow_origins.unwrap_or_default(),
-            max_age_secs: self.cors.max_age_secs.unwrap_or(86_400),
-        };
-        for origin in &cors.allow_origins {
-            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
-                return Err(err_at(
-                    "cors.allow_origins",
-                    format!("`{origin}` is not an origin (scheme://host[:port]) or *"),
-                ));
-            }
-        }
-
-        let ops_listen = match self.ops_listen.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
-                err_at(
-                    "ops_listen",
-                    format!("`{text}` is not an address like 127.0.0.1:23002"),
-                )
-            })?),
-        };
-        if ops_listen.is_some_and(|ops| ops == listen && ops.port() != 0) {
-            return Err(err_at("ops_listen", "must differ from listen".into()));
-        }
-
-        Ok(Config {
-            source: file,
-            listen,
-            ops_listen,
-            media_roots,
-            serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
-            route_prefixes,
-            cache_control: self
-                .cache_control
-                .unwrap_or_else(|| "public, max-age=86400".into()),
-            max_ranges,
-            accel_location,
-            log_level: self.log_level.unwrap_or_else(|| "info".into()),
-            worker_threads: match self.worker_threads.unwrap_or(0) {
-                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-                n => n,
-            },
-            mongodb,
-            redis,
-            daemon,
-            cache,
-            limits,
-            follow_symlinks: self.follow_symlinks.unwrap_or(false),
-            zero_copy: self.zero_copy.unwrap_or(true),
-            access_log,
-            trusted_proxies,
-            proxy_protocol: self.proxy_protocol.unwrap_or(false),
-            signing,
-            cors,
-            ignored_env: Vec::new(),
-        })
-    }
-}
-
-/// Reads the file (or the default file if present) into a table.
-fn read_file(path: Option<&Path>) -> Result<(Option<PathBuf>, toml::Table), ConfigError> {
-    let path = match path {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let default = PathBuf::from(DEFAULT_CONFIG_PATH);
-            if !default.exists() {
-                return Ok((None, toml::Table::new()));
-            }
-            default
-        }
-    };
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-        path: path.clone(),
-        source,
-    })?;
-    let table = text
-        .parse::<toml::Table>()
-        .map_err(|e| ConfigError::Syntax {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-    Ok((Some(path), table))
-}
-
-/// `REDIS_TTL_SECS` -> `redis.ttl_secs`; `MEDIA_ROOTS` -> `media_roots`.
-fn env_key(rest: &str) -> String {
-    let lower = rest.to_ascii_lowercase();
-    for table in TABLES {
-        if let Some(key) = lower.strip_prefix(&format!("{table}_")) {
-            return format!("{table}.{key}");
-        }
-    }
-    lower
-}
-
-/// Removes a dotted key from the table; whether it was there.
-fn remove_key(table: &mut toml::Table, key: &str) -> bool {
-    let mut parts: Vec<&str> = key.split('.').collect();
-    let Some(last) = parts.pop() else {
-        return false;
-    };
-    let mut current = table;
-    for part in parts {
-        match current.get_mut(part).and_then(toml::Value::as_table_mut) {
-            Some(next) => current = next,
-            None => return false,
-        }
-    }
-    current.remove(last).is_some()
-}
-
-/// Sets a dotted key in the table. The value is read as a TOML value when it is one
-/// (`86400`, `true`, `["/a", "/b"]`, `"quoted"`), otherwise taken as a plain string, so
-/// `MUSICD_REDIS_URL=redis://x` needs no quoting. A list-valued key also accepts a plain
-/// `:`-separated string, like `PATH`.
-fn set_key(table: &mut toml::Table, key: &str, raw: &str) -> Result<(), String> {
-    let mut value = parse_value(raw);
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("`{key}` is not a key"));
-    }
-    if matches!(key, "media_roots" | "route_prefixes")
-        && let toml::Value::String(s) = &value
-    {
-        value = toml::Value::Array(
-            s.split(':')
-                .filter(|p| !p.is_empty())
-                .map(|p| toml::Value::String(p.to_string()))
-                .collect(),
-        );
-    }
-    let (last, parents) = parts.split_last().ok_or("empty key")?;
-    let mut current = table;
-    for part in parents {
-        let entry = current
-            .entry(part.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        current = entry
-            .as_table_mut()
-            .ok_or_else(|| format!("`{part}` is not a table"))?;
-    }
-    current.insert(last.to_string(), value);
-    Ok(())
-}
-
-fn parse_value(raw: &str) -> toml::Value {
-    let doc = format!("v = {raw}");
-    match doc.parse::<toml::Table>() {
-        Ok(mut t) => t
-            .remove("v")
-            .unwrap_or_else(|| toml::Value::String(raw.to_string())),
-        Err(_) => toml::Value::String(raw.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn load_text(
         text: &str,
@@ -1106,6 +526,36 @@ mod tests {
         let value = format!("{}:{}", a.display(), b.display());
         let cfg = load_text("", &[("MUSICD_MEDIA_ROOTS", &value)], &[]).expect("valid");
         assert_eq!(cfg.media_roots.len(), 2);
+    }
+
+    /// `deploy/musicd.toml` says every key's default: loading it must give exactly the
+    /// configuration that loading nothing gives (media roots aside, which have no default).
+    #[test]
+    fn the_sample_config_states_the_defaults_the_code_has() {
+        let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/musicd.toml");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().display().to_string();
+        let env = vec![("MUSICD_MEDIA_ROOTS".to_string(), root.clone())];
+        let from_sample = Config::load(&Sources {
+            file: Some(sample),
+            env: env.clone(),
+            overrides: Vec::new(),
+        })
+        .expect("sample config is valid");
+        let empty = dir.path().join("empty.toml");
+        std::fs::write(&empty, "").expect("write");
+        let from_nothing = Config::load(&Sources {
+            file: Some(empty),
+            env,
+            overrides: Vec::new(),
+        })
+        .expect("defaults are valid");
+        let shown = |config: &Config| format!("{:#?}", Config { source: None, ..config.clone() });
+        assert_eq!(
+            shown(&from_sample),
+            shown(&from_nothing),
+            "deploy/musicd.toml and the code disagree on a default"
+        );
     }
 
     #[test]

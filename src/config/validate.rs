@@ -1,0 +1,352 @@
+//! Validation: raw shapes in, typed [`Config`] out, with every default applied here and
+//! every refusal naming its key. `deploy/musicd.toml` states the same defaults (a test
+//! loads it and an empty file and compares the two).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw::RawConfig;
+use super::*;
+
+impl RawConfig {
+    pub(super) fn validate(
+        self,
+        file: Option<PathBuf>,
+        err_at: &dyn Fn(&str, String) -> ConfigError,
+        check_roots: bool,
+    ) -> Result<Config, ConfigError> {
+        let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:23001".into());
+        let listen: SocketAddr = listen_text
+            .parse()
+            .map_err(|e| err_at("listen", format!("`{listen_text}` is not an address: {e}")))?;
+
+        let roots = self
+            .media_roots
+            .unwrap_or_else(|| vec![PathBuf::from("/srv/music")]);
+        if roots.is_empty() {
+            return Err(err_at(
+                "media_roots",
+                "at least one media root is needed".into(),
+            ));
+        }
+        let mut media_roots = Vec::with_capacity(roots.len());
+        for root in roots {
+            if !root.is_absolute() {
+                return Err(err_at(
+                    "media_roots",
+                    format!("{} is not an absolute path", root.display()),
+                ));
+            }
+            let canonical = match std::fs::canonicalize(&root) {
+                Ok(canonical) => canonical,
+                Err(_) if !check_roots => root.clone(),
+                Err(e) => return Err(err_at("media_roots", format!("{}: {e}", root.display()))),
+            };
+            if check_roots && !canonical.is_dir() {
+                return Err(err_at(
+                    "media_roots",
+                    format!("{} is not a directory", root.display()),
+                ));
+            }
+            media_roots.push(canonical);
+        }
+
+        let route_prefixes = self
+            .route_prefixes
+            .unwrap_or_else(|| vec!["/musicdb".into(), "/stream/musicdb".into()]);
+        for prefix in &route_prefixes {
+            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
+                return Err(err_at(
+                    "route_prefixes",
+                    format!("`{prefix}` must start with / and not end with /"),
+                ));
+            }
+        }
+        let accel_location = self.accel_location.unwrap_or_else(|| "/internal".into());
+        if !accel_location.starts_with('/') || accel_location.ends_with('/') {
+            return Err(err_at(
+                "accel_location",
+                "must start with / and not end with /".into(),
+            ));
+        }
+        let max_ranges = self.max_ranges.unwrap_or(16);
+        if max_ranges == 0 {
+            return Err(err_at("max_ranges", "must be at least 1".into()));
+        }
+
+        let mongo = self.mongodb;
+        let path_field = mongo.path_field.unwrap_or_else(|| "path".into());
+        if path_field.is_empty() || path_field.starts_with('$') || path_field == "_id" {
+            return Err(err_at(
+                "mongodb.path_field",
+                "must name a plain field".into(),
+            ));
+        }
+        let mongodb = MongoConfig {
+            uri: mongo
+                .uri
+                .unwrap_or_else(|| "mongodb://127.0.0.1:27017".into()),
+            database: mongo.database.unwrap_or_else(|| "musicdb".into()),
+            collection: mongo.collection.unwrap_or_else(|| "tracks".into()),
+            path_field,
+            timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(2000).max(1)),
+        };
+        if !mongodb.uri.starts_with("mongodb://") && !mongodb.uri.starts_with("mongodb+srv://") {
+            return Err(err_at(
+                "mongodb.uri",
+                "must start with mongodb:// or mongodb+srv://".into(),
+            ));
+        }
+
+        let redis = self.redis;
+        let ttl_secs = redis.ttl_secs.unwrap_or(86_400);
+        let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(60);
+        if ttl_secs == 0 {
+            return Err(err_at("redis.ttl_secs", "must be at least 1".into()));
+        }
+        if negative_ttl_secs == 0 {
+            return Err(err_at(
+                "redis.negative_ttl_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        let jitter = redis.ttl_jitter_percent.unwrap_or(10);
+        if jitter > 100 {
+            return Err(err_at("redis.ttl_jitter_percent", "must be 0..=100".into()));
+        }
+        let prefix = redis.prefix.unwrap_or_else(|| "track_".into());
+        if prefix.is_empty() {
+            return Err(err_at(
+                "redis.prefix",
+                "must not be empty (purges match on it)".into(),
+            ));
+        }
+        let cluster = redis.cluster.unwrap_or_default();
+        for node in &cluster {
+            if redis::parse_redis_url(node).is_none() {
+                return Err(err_at(
+                    "redis.cluster",
+                    format!("`{node}` is not a redis:// URL"),
+                ));
+            }
+        }
+        let target = if cluster.is_empty() {
+            let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+            if redis::parse_redis_url(&url).is_none() {
+                return Err(err_at(
+                    "redis.url",
+                    format!("`{url}` is not a redis:// URL"),
+                ));
+            }
+            RedisTarget::Single(url)
+        } else {
+            if redis.url.is_some() {
+                return Err(err_at(
+                    "redis.cluster",
+                    "set either redis.url or redis.cluster, not both".into(),
+                ));
+            }
+            RedisTarget::Cluster(cluster)
+        };
+        let redis = RedisConfig {
+            target,
+            prefix,
+            ttl: Duration::from_secs(ttl_secs),
+            negative_ttl: Duration::from_secs(negative_ttl_secs),
+            ttl_jitter: f64::from(jitter) / 100.0,
+            timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(250).max(1)),
+        };
+
+        let daemon = self.daemon;
+        let mut paths = Vec::new();
+        for (key, value, default) in [
+            ("daemon.pid_file", daemon.pid_file, "/run/musicd/musicd.pid"),
+            (
+                "daemon.log_file",
+                daemon.log_file,
+                "/var/log/musicd/musicd.log",
+            ),
+            ("daemon.state_dir", daemon.state_dir, "/var/lib/musicd"),
+        ] {
+            let path = value.unwrap_or_else(|| PathBuf::from(default));
+            // The supervisor runs from `/`, so relative paths would move under it.
+            if !path.is_absolute() {
+                return Err(err_at(
+                    key,
+                    format!("{} is not an absolute path", path.display()),
+                ));
+            }
+            paths.push(path);
+        }
+        let [pid_file, log_file, state_dir]: [PathBuf; 3] = paths
+            .try_into()
+            .map_err(|_| err_at("daemon", "internal: path count".into()))?;
+        let backoff_max = Duration::from_secs(daemon.backoff_max_secs.unwrap_or(30));
+        if backoff_max < Duration::from_millis(100) {
+            return Err(err_at(
+                "daemon.backoff_max_secs",
+                "must be at least 1".into(),
+            ));
+        }
+        let daemon = DaemonConfig {
+            pid_file,
+            log_file,
+            state_dir,
+            min_uptime: Duration::from_secs(daemon.min_uptime_secs.unwrap_or(10)),
+            backoff_max,
+            max_restarts: daemon.max_restarts.unwrap_or(10),
+            restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
+            stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
+        };
+
+        let cache = CacheConfig {
+            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(1000)),
+            id_max_entries: self.cache.id_max_entries.unwrap_or(100_000),
+            file_max_bytes: self.cache.file_max_bytes.unwrap_or(256 * 1024),
+            file_total_bytes: self.cache.file_total_bytes.unwrap_or(256 * 1024 * 1024),
+            open_files: self.cache.open_files.unwrap_or(1024),
+        };
+        if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
+            return Err(err_at(
+                "cache.file_max_bytes",
+                "must not exceed cache.file_total_bytes".into(),
+            ));
+        }
+
+        let raw_limits = self.limits;
+        let limits = LimitsConfig {
+            header_read_timeout: Duration::from_secs(
+                raw_limits.header_read_timeout_secs.unwrap_or(10).max(1),
+            ),
+            body_read_timeout: Duration::from_secs(
+                raw_limits.body_read_timeout_secs.unwrap_or(10).max(1),
+            ),
+            idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
+            write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),
+            // Below 8 KiB, ordinary browsers with a few cookies would be refused.
+            max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
+            max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
+            max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
+            rate_after_bytes: raw_limits.rate_after_bytes.unwrap_or(0),
+            rate_bytes_per_sec: raw_limits.rate_bytes_per_sec.unwrap_or(0),
+        };
+
+        let mut trusted_proxies = Vec::new();
+        let trusted = self
+            .trusted_proxies
+            .unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
+        for text in trusted {
+            // A bare address is a network of one.
+            let net = text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| {
+                    err_at(
+                        "trusted_proxies",
+                        format!("`{text}` is not a CIDR network (e.g. 10.0.0.0/8) or an address"),
+                    )
+                })?;
+            trusted_proxies.push(net);
+        }
+        let access_log = AccessLogConfig {
+            format: self.access_log.format.unwrap_or(AccessLogFormat::Combined),
+            path: self.access_log.path,
+        };
+        if let Some(path) = &access_log.path
+            && !path.is_absolute()
+        {
+            return Err(err_at("access_log.path", "must be an absolute path".into()));
+        }
+
+        let mut keys = Vec::new();
+        for key in self.signing.keys.unwrap_or_default() {
+            if key.id.is_empty() || keys.iter().any(|(id, _): &(String, Vec<u8>)| *id == key.id) {
+                return Err(err_at(
+                    "signing.keys",
+                    format!("key id `{}` is empty or repeated", key.id),
+                ));
+            }
+            let text = std::fs::read(&key.secret_file).map_err(|e| {
+                err_at(
+                    "signing.keys",
+                    format!("secret_file {}: {e}", key.secret_file.display()),
+                )
+            })?;
+            // The file's contents without a trailing newline (what `echo > file` adds).
+            let secret = text.trim_ascii_end().to_vec();
+            if secret.len() < 16 {
+                return Err(err_at(
+                    "signing.keys",
+                    format!("the secret of `{}` is shorter than 16 bytes", key.id),
+                ));
+            }
+            keys.push((key.id, secret));
+        }
+        let required = self.signing.required.unwrap_or(false);
+        if required && keys.is_empty() {
+            return Err(err_at(
+                "signing.required",
+                "signing is required but no key is configured".into(),
+            ));
+        }
+        let signing = SigningConfig { required, keys };
+        let cors = CorsConfig {
+            allow_origins: self.cors.allow_origins.unwrap_or_default(),
+            max_age_secs: self.cors.max_age_secs.unwrap_or(86_400),
+        };
+        for origin in &cors.allow_origins {
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return Err(err_at(
+                    "cors.allow_origins",
+                    format!("`{origin}` is not an origin (scheme://host[:port]) or *"),
+                ));
+            }
+        }
+
+        let ops_listen = match self.ops_listen.as_deref().map(str::trim) {
+            None | Some("") => None,
+            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+                err_at(
+                    "ops_listen",
+                    format!("`{text}` is not an address like 127.0.0.1:23002"),
+                )
+            })?),
+        };
+        if ops_listen.is_some_and(|ops| ops == listen && ops.port() != 0) {
+            return Err(err_at("ops_listen", "must differ from listen".into()));
+        }
+
+        Ok(Config {
+            source: file,
+            listen,
+            ops_listen,
+            media_roots,
+            serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
+            route_prefixes,
+            cache_control: self
+                .cache_control
+                .unwrap_or_else(|| "public, max-age=86400".into()),
+            max_ranges,
+            accel_location,
+            log_level: self.log_level.unwrap_or_else(|| "info".into()),
+            worker_threads: match self.worker_threads.unwrap_or(0) {
+                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+                n => n,
+            },
+            mongodb,
+            redis,
+            daemon,
+            cache,
+            limits,
+            follow_symlinks: self.follow_symlinks.unwrap_or(false),
+            zero_copy: self.zero_copy.unwrap_or(true),
+            access_log,
+            trusted_proxies,
+            proxy_protocol: self.proxy_protocol.unwrap_or(false),
+            signing,
+            cors,
+            ignored_env: Vec::new(),
+        })
+    }
+}
