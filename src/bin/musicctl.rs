@@ -93,7 +93,7 @@ enum Command {
         #[arg(long)]
         limit: Option<u64>,
     },
-    /// Print a signed, expiring URL for a track ([signing] keys).
+    /// Print a signed, expiring URL for a track (keys from the `[signing]` table).
     Sign {
         /// The track's ObjectId.
         id: String,

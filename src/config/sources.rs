@@ -16,7 +16,7 @@ pub(super) const TABLES: &[&str] = &[
     "access_log",
 ];
 
-/// Where the configuration comes from; see [`Config::load`].
+/// Where the configuration comes from; see [`super::Config::load`].
 #[derive(Debug, Default, Clone)]
 pub struct Sources {
     /// The TOML file. `None` means "the default path if it exists, else built-in defaults".

@@ -1,6 +1,6 @@
 //! The access log: one line per exchange, in a standard format, nearly free.
 //!
-//! Formats ([`format`]): NCSA `combined` (what nginx and Apache write, read by GoAccess,
+//! Formats ([`format`](mod@format)): NCSA `combined` (what nginx and Apache write, read by GoAccess,
 //! fail2ban, awstats) followed by musicd's own fields, or `json`, one object per line.
 //!
 //! Cost: a line is formatted into its event loop's [`LogBuffer`] (no allocation, a lock
