@@ -116,6 +116,18 @@ pub struct Signing {
 }
 
 impl Signing {
+    /// The keys and policy of the `[signing]` table.
+    pub fn from_config(config: &crate::config::SigningConfig) -> Signing {
+        Signing {
+            required: config.required,
+            keys: config
+                .keys
+                .iter()
+                .map(|(id, secret)| SigningKey::new(id.clone(), secret.clone()))
+                .collect(),
+        }
+    }
+
     /// Checks the link parameters of a request for `id` at `now` (Unix seconds). Without
     /// any parameter, the request passes unless signing is required; a signature that is
     /// present is always checked.

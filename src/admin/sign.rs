@@ -5,7 +5,7 @@ use mongodb::bson::oid::ObjectId;
 
 use super::AdminError;
 use crate::config::Config;
-use crate::signing::{Signing, SigningKey, unix_now};
+use crate::signing::{Signing, unix_now};
 
 /// A signed URL for `id`, valid for `ttl_secs`, signed with `kid` (or the first key), under
 /// `base` (default: `http://{listen}`) and the first route prefix.
@@ -19,15 +19,7 @@ pub fn signed_url(
 ) -> Result<String, AdminError> {
     let oid = ObjectId::parse_str(id)
         .map_err(|_| AdminError::Usage(format!("`{id}` is not a 24-digit hex ObjectId")))?;
-    let signing = Signing {
-        required: config.signing.required,
-        keys: config
-            .signing
-            .keys
-            .iter()
-            .map(|(id, secret)| SigningKey::new(id.clone(), secret.clone()))
-            .collect(),
-    };
+    let signing = Signing::from_config(&config.signing);
     let key = signing.key(kid).ok_or_else(|| {
         AdminError::Usage(match kid {
             Some(kid) => format!("no signing key `{kid}` in [signing] keys"),

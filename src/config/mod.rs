@@ -550,7 +550,15 @@ mod tests {
             overrides: Vec::new(),
         })
         .expect("defaults are valid");
-        let shown = |config: &Config| format!("{:#?}", Config { source: None, ..config.clone() });
+        let shown = |config: &Config| {
+            format!(
+                "{:#?}",
+                Config {
+                    source: None,
+                    ..config.clone()
+                }
+            )
+        };
         assert_eq!(
             shown(&from_sample),
             shown(&from_nothing),

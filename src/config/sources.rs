@@ -38,9 +38,10 @@ impl Sources {
     }
 }
 
-
 /// Reads the file (or the default file if present) into a table.
-pub(super) fn read_file(path: Option<&Path>) -> Result<(Option<PathBuf>, toml::Table), ConfigError> {
+pub(super) fn read_file(
+    path: Option<&Path>,
+) -> Result<(Option<PathBuf>, toml::Table), ConfigError> {
     let path = match path {
         Some(p) => p.to_path_buf(),
         None => {

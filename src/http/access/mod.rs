@@ -9,7 +9,7 @@ use percent_encoding::percent_decode_str;
 
 use self::cors::Cors;
 use crate::config::Config;
-use crate::signing::{LinkParams, Signing, SigningKey};
+use crate::signing::{LinkParams, Signing};
 
 /// The access rules of a server.
 #[derive(Debug, Clone, Default)]
@@ -24,15 +24,7 @@ impl AccessRules {
     /// The rules a config asks for.
     pub fn from_config(config: &Config) -> AccessRules {
         AccessRules {
-            signing: Signing {
-                required: config.signing.required,
-                keys: config
-                    .signing
-                    .keys
-                    .iter()
-                    .map(|(id, secret)| SigningKey::new(id.clone(), secret.clone()))
-                    .collect(),
-            },
+            signing: Signing::from_config(&config.signing),
             cors: Cors::new(&config.cors.allow_origins, config.cors.max_age_secs),
         }
     }

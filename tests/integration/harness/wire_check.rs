@@ -48,13 +48,18 @@ impl Response {
 /// a careful server frames them (Content-Length, or chunked alone). Scanning stops at the
 /// first head or body that cannot be framed for sure: a server closes there.
 pub fn request_methods(input: &[u8]) -> Vec<String> {
+    framed_requests(input).0
+}
+
+/// [`request_methods`], and the bytes after the last framed request.
+fn framed_requests(input: &[u8]) -> (Vec<String>, &[u8]) {
     let mut methods = Vec::new();
     let mut rest = input;
     loop {
         let mut slots = [httparse::EMPTY_HEADER; 100];
         let mut request = httparse::Request::new(&mut slots);
         let Ok(httparse::Status::Complete(len)) = request.parse(rest) else {
-            return methods;
+            return (methods, rest);
         };
         let method = request.method.unwrap_or_default().to_string();
         let mut length: Option<u64> = None;
@@ -66,37 +71,36 @@ pub fn request_methods(input: &[u8]) -> Vec<String> {
                     .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
                     .and_then(|v| v.parse().ok())
                 else {
-                    return methods;
+                    return (methods, rest);
                 };
                 if length.is_some_and(|l| l != value) {
-                    return methods;
+                    return (methods, rest);
                 }
                 length = Some(value);
             } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
                 if chunked || !header.value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    return methods;
+                    return (methods, rest);
                 }
                 chunked = true;
             }
         }
-        rest = &rest[len..];
-        if chunked {
+        let body = &rest[len..];
+        let after = if chunked {
             if length.is_some() {
-                return methods;
+                return (methods, rest);
             }
-            match dechunk(rest) {
-                Ok(Some((_, used))) => rest = &rest[used..],
-                _ => return methods,
+            match dechunk(body) {
+                Ok(Some((_, used))) => &body[used..],
+                _ => return (methods, rest),
             }
-        } else if let Some(length) = length {
-            let Ok(length) = usize::try_from(length) else {
-                return methods;
-            };
-            if rest.len() < length {
-                return methods;
+        } else {
+            let length = length.and_then(|l| usize::try_from(l).ok()).unwrap_or(0);
+            if body.len() < length {
+                return (methods, rest);
             }
-            rest = &rest[length..];
-        }
+            &body[length..]
+        };
+        rest = after;
         methods.push(method);
     }
 }
@@ -275,7 +279,7 @@ pub fn check_exchange(input: &[u8], output: &[u8]) -> Result<Vec<Response>, Stri
     let head = |i: usize| {
         methods.get(i).is_some_and(|m| m == "HEAD")
         // A refused request is not in `methods`; the server reads its method as we do.
-        || (i == methods.len() && refused_head(input, &methods))
+        || (i == methods.len() && refused_head(input))
     };
     let all = responses(output, head)?;
     let finals: Vec<Response> = all.into_iter().filter(|r| !r.interim()).collect();
@@ -326,38 +330,9 @@ pub fn check_exchange_lenient(input: &[u8], output: &[u8]) -> Result<Vec<Respons
     Ok(finals)
 }
 
-/// Whether the request after the `methods.len()` framed ones starts with `HEAD `.
-fn refused_head(input: &[u8], methods: &[String]) -> bool {
-    let mut rest = input;
-    for _ in methods {
-        // Re-scan to the start of the request after the framed ones.
-        let mut slots = [httparse::EMPTY_HEADER; 100];
-        let mut request = httparse::Request::new(&mut slots);
-        let Ok(httparse::Status::Complete(len)) = request.parse(rest) else {
-            return false;
-        };
-        let mut body = 0usize;
-        let mut chunked = false;
-        for header in request.headers.iter() {
-            if header.name.eq_ignore_ascii_case("content-length") {
-                body = std::str::from_utf8(header.value.trim_ascii())
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-            } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = true;
-            }
-        }
-        rest = &rest[len..];
-        if chunked {
-            match dechunk(rest) {
-                Ok(Some((_, used))) => rest = &rest[used..],
-                _ => return false,
-            }
-        } else {
-            rest = &rest[body.min(rest.len())..];
-        }
-    }
+/// Whether the request after the framed ones starts with `HEAD `.
+fn refused_head(input: &[u8]) -> bool {
+    let (_, rest) = framed_requests(input);
     let start = rest
         .iter()
         .position(|b| !b"\r\n".contains(b))
