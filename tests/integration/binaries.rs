@@ -302,15 +302,8 @@ async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
     let (id, _) = env.track("r.mp3", &pattern(5000, 4)).await;
     let mut daemon = Daemon::start(&env).await;
     let url = format!("{}/musicdb/{}/r.mp3", daemon.base, id.to_hex());
-    let http = client();
     for _ in 0..150 {
-        http.get(&url)
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        crate::harness::fetch(&url).await;
     }
     let rotated = scratch.path().join("access.log.1");
     std::fs::rename(&path, &rotated).expect("rotate");
@@ -322,13 +315,7 @@ async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for _ in 0..150 {
-        http.get(&url)
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        crate::harness::fetch(&url).await;
     }
     daemon.signal(libc::SIGTERM);
     let status = daemon.wait(Duration::from_secs(10)).expect("musicd exits");
