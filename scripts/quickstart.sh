@@ -66,6 +66,10 @@ collection = "tracks"
 url = "redis://127.0.0.1:$redis_port"
 prefix = "track_"
 
+[access_log]
+format = "combined"
+path = "$var/log/access.log"
+
 [daemon]
 pid_file = "$var/run/musicd.pid"
 log_file = "$var/log/musicd.log"
@@ -105,4 +109,5 @@ echo
 echo "Status:  $musicd status"
 echo "Restart: $musicd restart"
 echo "Stop:    $musicd stop"
+echo "Access log (NCSA combined): $var/log/access.log"
 echo "Stop the demo's Redis and MongoDB too: kill \$(cat var/redis.pid) \$(cat var/mongod.pid)"

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 // glibc malloc showed up as ~12 % of the CPU of a small-file request; mimalloc's
 // thread-local free lists make those allocations nearly free.
@@ -110,6 +110,13 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `musicctl man > musicctl.1`.
+    Man,
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -132,6 +139,23 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
+    // Neither needs a configuration: they describe the command line itself.
+    match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "musicctl",
+                &mut std::io::stdout(),
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
     let sources = Sources::from_process(cli.config, cli.overrides);
     // A missing media root must not stop the commands that diagnose or clean up.
     let config = match cli.command {
@@ -243,7 +267,9 @@ fn run() -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Sign { .. } => unreachable!("answered before the runtime starts"),
+            Command::Sign { .. } | Command::Completions { .. } | Command::Man => {
+                unreachable!("answered before the runtime starts")
+            }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;
                 if json {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 // glibc malloc showed up as ~12 % of the CPU of a small-file request; mimalloc's
 // thread-local free lists make those allocations nearly free.
@@ -52,10 +52,31 @@ enum Command {
     Status,
     /// Check the configuration and print it.
     CheckConfig,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `musicd man > musicd.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Neither needs a configuration: they describe the command line itself.
+    match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "musicd", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Man => {
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => fail(&err),
+            };
+        }
+        _ => {}
+    }
     let mut overrides = cli.overrides;
     if let Some(listen) = cli.listen {
         overrides.push(format!("listen=\"{listen}\""));
@@ -118,6 +139,7 @@ fn main() -> ExitCode {
             println!("{config:#?}");
             ExitCode::SUCCESS
         }
+        Command::Completions { .. } | Command::Man => ExitCode::SUCCESS,
     }
 }
 

@@ -147,8 +147,34 @@ fn inherited_listeners() -> Result<Inherited, DaemonError> {
     Ok(inherited)
 }
 
+/// Descriptors kept for what is neither a client connection nor a cached open file:
+/// listeners, Redis and MongoDB connections, event-loop and log descriptors.
+pub const RESERVED_DESCRIPTORS: u64 = 128;
+
+/// Fits the configuration to the open-file limit, so a valid track never fails because
+/// descriptors ran out: the open-file cache keeps at most a quarter of the limit, and
+/// `max_connections` is capped at what is left, counting two descriptors a connection (its
+/// socket, and a file it may be sending that the cache does not hold). Past the cap a
+/// connection gets the clean 503. What had to be lowered: (open files, connections).
+pub fn fit_to_descriptors(config: &mut Config, limit: u64) -> (Option<usize>, Option<usize>) {
+    let open_files_cap = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+    let open_files = (config.cache.open_files > open_files_cap).then(|| {
+        config.cache.open_files = open_files_cap;
+        open_files_cap
+    });
+    let reserved = config.cache.open_files as u64 + RESERVED_DESCRIPTORS;
+    let room = usize::try_from(limit.saturating_sub(reserved) / 2)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let connections = (config.limits.max_connections > room).then(|| {
+        config.limits.max_connections = room;
+        room
+    });
+    (open_files, connections)
+}
+
 /// Serves in the foreground until SIGTERM or SIGINT.
-pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
+pub fn run(mut config: Config, options: RunOptions) -> Result<(), DaemonError> {
     if let Some(path) = &options.log_file {
         let file = open_log(path)?;
         sys::redirect_output(&file).map_err(|source| DaemonError::LogFile {
@@ -159,6 +185,20 @@ pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
     init_logging(&config.log_level);
     for name in &config.ignored_env {
         tracing::warn!(variable = %name, "environment variable names no configuration key; ignored");
+    }
+    match sys::raise_open_files_limit() {
+        Ok(limit) => {
+            let (open_files, connections) = fit_to_descriptors(&mut config, limit);
+            if open_files.is_some() || connections.is_some() {
+                tracing::warn!(
+                    open_files_limit = limit,
+                    max_connections = config.limits.max_connections,
+                    cache_open_files = config.cache.open_files,
+                    "lowered to fit the open-file limit (raise LimitNOFILE or ulimit -n)"
+                );
+            }
+        }
+        Err(err) => tracing::warn!(error = %err, "cannot read the open-file limit"),
     }
     let inherited = inherited_listeners()?;
     // SAFETY: as above, no other thread exists yet.

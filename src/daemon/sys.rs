@@ -273,6 +273,30 @@ pub unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListener> {
     Ok(unsafe { std::net::TcpListener::from_raw_fd(fd) })
 }
 
+/// Raises this process's soft limit of open files to its hard limit (as Go's runtime and
+/// nginx's `worker_rlimit_nofile` do: shells hand out 1,024 under a hard limit far
+/// higher). The limit in force afterwards.
+pub fn raise_open_files_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the local struct.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) })?;
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            // An unlimited hard limit is not a usable soft one; the kernel caps at nr_open.
+            rlim_cur: limit.rlim_max.min(1 << 20),
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the local struct.
+        if cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) }).is_ok() {
+            limit = raised;
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
 /// Binds a listening TCP socket with a deep accept queue. std's `TcpListener::bind` uses a
 /// backlog of 128; connections that arrive while a worker restarts, or in a burst of
 /// thousands, wait in this queue, so it is sized like nginx's production setting.

@@ -45,8 +45,9 @@ pub struct ServeOptions {
     pub max_header_bytes: usize,
     /// Longest URL accepted (414 beyond).
     pub max_uri_bytes: usize,
-    /// Connections served at once; beyond, a 503 and close.
-    pub max_connections: usize,
+    /// Connections served at once; beyond, a 503 and close. The slots are shared by every
+    /// listener and event loop these options are cloned to, so the cap is per process.
+    pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Peers whose forwarding headers name the client.
     pub trusted_proxies: Arc<TrustedProxies>,
     /// Connections start with a PROXY protocol header.
@@ -67,7 +68,7 @@ impl ServeOptions {
             write_timeout: config.limits.write_timeout,
             max_header_bytes: config.limits.max_header_bytes,
             max_uri_bytes: config.limits.max_uri_bytes,
-            max_connections: config.limits.max_connections,
+            connection_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
             trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
             proxy_protocol: config.proxy_protocol,
             role: if config.ops_listen.is_some() {
@@ -122,7 +123,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     options: ServeOptions,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(options.max_connections));
+    let slots = Arc::clone(&options.connection_slots);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Connections {
         metrics: options.metrics.clone(),

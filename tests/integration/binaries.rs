@@ -338,3 +338,118 @@ async fn sigusr1_reopens_the_access_log_without_losing_a_line() {
         "the access log is not on stderr"
     );
 }
+
+/// Started with `ulimit -n 256` and hit by 600 keep-alive clients: musicd raises what it
+/// can, fits `max_connections` to the descriptors it has, and says so; every client gets
+/// either its track or the clean 503, never an error because descriptors ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_low_open_file_limit_caps_connections_instead_of_failing_tracks() {
+    let env = TestEnv::new().await;
+    let bytes = pattern(4096, 12);
+    let (id, _) = env.track("fd.mp3", &bytes).await;
+    let port = free_port();
+    let log = env.dir.path().join("fd.stderr");
+    let stderr = std::fs::File::create(&log).expect("log file");
+    let inner = env.command("musicd");
+    let mut command = common_sh(&inner);
+    command
+        .arg("run")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    let mut child = crate::harness::spawn(command);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "musicd did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let path = format!("/musicdb/{}/fd.mp3", id.to_hex());
+    let (served, refused) = tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut streams = Vec::new();
+        for _ in 0..600 {
+            let mut stream = crate::harness::raw::connect(addr);
+            let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+            stream.write_all(request.as_bytes()).expect("write");
+            streams.push(stream);
+        }
+        let (mut served, mut refused) = (0, 0);
+        for stream in &mut streams {
+            let answer = crate::harness::raw::read_responses(stream, 1, &[false]);
+            match answer[0].status {
+                200 => {
+                    assert_eq!(answer[0].body, bytes);
+                    served += 1;
+                }
+                503 => refused += 1,
+                other => panic!("a valid track got {other}: {answer:?}"),
+            }
+        }
+        (served, refused)
+    })
+    .await
+    .expect("clients");
+    let _ = crate::harness::procs::kill_child(&mut child);
+    assert!(served >= 30, "served {served}, refused {refused}");
+    assert!(
+        refused > 0,
+        "600 connections cannot all fit in 256 descriptors"
+    );
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("lowered to fit the open-file limit"),
+        "{text}"
+    );
+}
+
+/// `command` run under `sh` after `ulimit -n 256` (soft and hard), its program and
+/// arguments and environment kept.
+fn common_sh(command: &std::process::Command) -> std::process::Command {
+    let mut sh = std::process::Command::new("sh");
+    sh.env_clear();
+    for (key, value) in command.get_envs() {
+        if let Some(value) = value {
+            sh.env(key, value);
+        }
+    }
+    sh.arg("-c")
+        .arg("ulimit -n 256 && exec \"$@\"")
+        .arg("sh")
+        .arg(command.get_program())
+        .args(command.get_args());
+    sh
+}
+
+/// Shell completions and man pages come from the same clap definitions as the commands.
+#[test]
+fn completions_and_man_pages_describe_the_commands() {
+    for (binary, subcommand) in [("musicd", "restart"), ("musicctl", "purge")] {
+        for (shell, marker) in [
+            ("bash", "complete -F"),
+            ("zsh", "#compdef"),
+            ("fish", "complete -c"),
+        ] {
+            let output = crate::harness::clean_command(binary)
+                .args(["completions", shell])
+                .output()
+                .expect("run");
+            assert!(output.status.success(), "{binary} completions {shell}");
+            let text = String::from_utf8_lossy(&output.stdout);
+            assert!(text.contains(marker), "{binary} {shell}: {text}");
+            assert!(
+                text.contains(subcommand),
+                "{binary} {shell} lacks {subcommand}"
+            );
+        }
+        let man = crate::harness::clean_command(binary)
+            .arg("man")
+            .output()
+            .expect("run");
+        assert!(man.status.success());
+        let text = String::from_utf8_lossy(&man.stdout);
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{text}");
+        assert!(text.contains(subcommand), "{binary} man lacks {subcommand}");
+    }
+}

@@ -178,3 +178,9 @@ pub fn bin(name: &str) -> PathBuf {
         other => panic!("no binary {other}"),
     }
 }
+
+/// Stops a child this test spawned (SIGKILL, then reaps it).
+pub fn kill_child(child: &mut Child) -> std::io::Result<()> {
+    child.kill()?;
+    child.wait().map(|_| ())
+}
