@@ -49,7 +49,11 @@ enum Command {
     /// musicd if it is not running.
     Restart,
     /// Report supervisor, worker, restarts and /readyz. Exit 0 running, 3 not running.
-    Status,
+    Status {
+        /// Print JSON (stable field names) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the configuration and print it.
     CheckConfig,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -83,7 +87,7 @@ fn main() -> ExitCode {
     }
     let sources = Sources::from_process(cli.config, overrides);
     let loaded = match cli.command {
-        Command::Stop | Command::Status => Config::load_for_control(&sources),
+        Command::Stop | Command::Status { .. } => Config::load_for_control(&sources),
         _ => Config::load(&sources),
     };
     let config = match loaded {
@@ -130,9 +134,13 @@ fn main() -> ExitCode {
             }
             Err(err) => fail(&err),
         },
-        Command::Status => {
+        Command::Status { json } => {
             let status = control::status(&config);
-            print!("{}", status.render());
+            if json {
+                println!("{:#}", status.to_json());
+            } else {
+                print!("{}", status.render());
+            }
             ExitCode::from(status.exit_code())
         }
         Command::CheckConfig => {

@@ -272,6 +272,50 @@ impl Status {
         if self.running.is_some() { 0 } else { 3 }
     }
 
+    /// The report as JSON, with stable field names (documented in the README):
+    /// `running`, `supervisor_pid`, `phase`, `listen`, `uptime_secs`, `worker` (`pid`,
+    /// `uptime_secs`), `restarts`, `replacements`, `last_exit`, `last_reload`,
+    /// `gave_up_reason`, and `readiness` (`http_status` and `/readyz`'s own fields, or
+    /// `error`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let now = super::state::now_secs();
+        let state = self.state.as_ref();
+        let readiness = match &self.readyz {
+            Ok((code, body)) => {
+                let mut value = serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .filter(serde_json::Value::is_object)
+                    .unwrap_or_else(|| serde_json::json!({ "body": body }));
+                value["http_status"] = serde_json::json!(code);
+                value
+            }
+            Err(error) => serde_json::json!({ "error": error }),
+        };
+        serde_json::json!({
+            "running": self.running.is_some(),
+            "supervisor_pid": self.running,
+            "phase": state.map(|s| s.phase),
+            "listen": state.map(|s| s.listen.clone()),
+            "uptime_secs": state.map(|s| now.saturating_sub(s.started_at)),
+            "worker": state.and_then(|s| s.worker_pid).map(|pid| serde_json::json!({
+                "pid": pid,
+                "uptime_secs": state
+                    .and_then(|s| s.worker_started_at)
+                    .map(|at| now.saturating_sub(at)),
+            })),
+            "restarts": state.map(|s| s.restarts),
+            "replacements": state.map(|s| s.replacements),
+            "last_exit": state.and_then(|s| s.last_exit.clone()),
+            "last_reload": state.and_then(|s| s.last_reload.as_ref()).map(|r| serde_json::json!({
+                "attempt": r.attempt,
+                "ok": r.ok,
+                "message": r.message,
+            })),
+            "gave_up_reason": state.and_then(|s| s.gave_up_reason.clone()),
+            "readiness": readiness,
+        })
+    }
+
     /// Human-readable report.
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -413,3 +413,39 @@ async fn the_ops_address_is_handed_to_every_worker() {
     }
     assert!(daemon.ctl("stop").status.success());
 }
+
+/// `musicd status --json`: the supervisor, its worker, restarts and readiness, with the
+/// field names the README documents; exit 3 once stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_json_reports_the_supervisor_worker_and_readiness() {
+    let env = TestEnv::shared_with(&[]).await;
+    let daemon = Supervised::start(&env);
+    let status = |env: &TestEnv| {
+        let output = env
+            .command("musicd")
+            .args(["status", "--json"])
+            .output()
+            .expect("musicd status --json");
+        let value: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("status --json prints JSON");
+        (output.status.code(), value)
+    };
+    let (code, value) = status(&env);
+    assert_eq!(code, Some(0));
+    assert_eq!(value["running"], true, "{value}");
+    assert_eq!(value["supervisor_pid"], daemon.supervisor_pid(), "{value}");
+    assert_eq!(
+        value["worker"]["pid"],
+        daemon.worker_pid().expect("worker"),
+        "{value}"
+    );
+    assert_eq!(value["phase"], "running", "{value}");
+    assert_eq!(value["restarts"], 0, "{value}");
+    assert_eq!(value["readiness"]["http_status"], 200, "{value}");
+    assert_eq!(value["readiness"]["status"], "ready", "{value}");
+    assert!(value["uptime_secs"].as_u64().is_some(), "{value}");
+    assert!(daemon.ctl("stop").status.success());
+    let (code, value) = status(&env);
+    assert_eq!(code, Some(3));
+    assert_eq!(value["running"], false, "{value}");
+}
