@@ -236,6 +236,9 @@ pub struct DaemonConfig {
     /// How long a stopping worker may finish in-flight responses; also the grace of
     /// `musicd run` after SIGTERM.
     pub stop_timeout: Duration,
+    /// A worker that sends no `WATCHDOG=1` for this long (a hung event loop) is killed and
+    /// replaced; `None`: no watchdog.
+    pub watchdog: Option<Duration>,
 }
 
 /// The MongoDB catalogue.

@@ -107,6 +107,7 @@ pub(super) struct RawDaemon {
     pub(super) max_restarts: Option<u32>,
     pub(super) restart_window_secs: Option<u64>,
     pub(super) stop_timeout_secs: Option<u64>,
+    pub(super) watchdog_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -198,6 +198,10 @@ impl RawConfig {
             max_restarts: daemon.max_restarts.unwrap_or(10),
             restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
             stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
+            watchdog: match daemon.watchdog_secs.unwrap_or(30) {
+                0 => None,
+                secs => Some(Duration::from_secs(secs.max(2))),
+            },
         };
 
         let cache = CacheConfig {

@@ -55,6 +55,8 @@ pub struct Notification {
     pub stopping: bool,
     /// The last `STATUS=` line, if any.
     pub status: Option<String>,
+    /// `WATCHDOG=1` was in the message.
+    pub watchdog: bool,
 }
 
 impl NotifyListener {
@@ -89,6 +91,7 @@ impl NotifyListener {
                 match line.split_once('=') {
                     Some(("READY", "1")) => summary.ready = true,
                     Some(("STOPPING", "1")) => summary.stopping = true,
+                    Some(("WATCHDOG", "1")) => summary.watchdog = true,
                     Some(("STATUS", status)) => summary.status = Some(status.to_string()),
                     _ => {}
                 }

@@ -75,6 +75,10 @@ struct Worker {
     role: Role,
     last_status: Option<String>,
     kill_at: Option<Instant>,
+    /// The last `WATCHDOG=1` (or the start).
+    last_ping: Instant,
+    /// Why the supervisor killed it, when it did.
+    killed_for: Option<String>,
 }
 
 struct Supervisor {
@@ -213,6 +217,14 @@ impl Supervisor {
         let now = Instant::now();
         let mut deadlines: Vec<Instant> = self.workers.iter().filter_map(|w| w.kill_at).collect();
         deadlines.extend(self.restart_at);
+        if let Some(limit) = self.config.daemon.watchdog {
+            deadlines.extend(
+                self.workers
+                    .iter()
+                    .filter(|w| w.ready && w.killed_for.is_none())
+                    .map(|w| w.last_ping + limit),
+            );
+        }
         deadlines.extend(
             self.workers
                 .iter()
@@ -287,6 +299,10 @@ impl Supervisor {
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
             .stdin(Stdio::null());
+        if let Some(limit) = self.config.daemon.watchdog {
+            // The worker pings every half of it, as it does for systemd's WatchdogSec.
+            command.env("WATCHDOG_USEC", limit.as_micros().to_string());
+        }
         let listener_fd = self.listener.as_raw_fd();
         let ops_fd = self.ops_listener.as_ref().map(AsRawFd::as_raw_fd);
         sys::exec_as_worker(&mut command, listener_fd, ops_fd);
@@ -305,6 +321,8 @@ impl Supervisor {
                     role,
                     last_status: None,
                     kill_at: None,
+                    last_ping: Instant::now(),
+                    killed_for: None,
                 });
                 if role == Role::Current {
                     self.state.worker_pid = Some(pid);
@@ -327,6 +345,9 @@ impl Supervisor {
             return;
         };
         let message = self.workers[index].notify.receive();
+        if message.watchdog {
+            self.workers[index].last_ping = Instant::now();
+        }
         if let Some(status) = message.status {
             self.workers[index].last_status = Some(status);
         }
@@ -378,7 +399,10 @@ impl Supervisor {
         if let Some(status) = worker.notify.receive().status {
             worker.last_status = Some(status);
         }
-        let mut reason = format!("worker {pid}: {exit}");
+        let mut reason = match &worker.killed_for {
+            Some(why) => format!("worker {pid}: {why} ({exit})"),
+            None => format!("worker {pid}: {exit}"),
+        };
         if let Some(status) = &worker.last_status {
             reason.push_str(&format!("; last status: {status}"));
         }
@@ -458,6 +482,25 @@ impl Supervisor {
             self.state.restarts += 1;
             self.spawn(Role::Current);
             self.save();
+        }
+        if let Some(limit) = self.config.daemon.watchdog {
+            for worker in &mut self.workers {
+                // A hung event loop stops pinging; the socket stays with the supervisor,
+                // so connections wait in its queue for the replacement.
+                if worker.ready
+                    && worker.role != Role::Draining
+                    && worker.killed_for.is_none()
+                    && now.duration_since(worker.last_ping) > limit
+                {
+                    let why = format!(
+                        "watchdog: no WATCHDOG=1 for {}s (hung?)",
+                        now.duration_since(worker.last_ping).as_secs()
+                    );
+                    tracing::error!(pid = worker.pid, "{why}: SIGKILL and replace");
+                    let _ = sys::kill(worker.pid, libc::SIGKILL);
+                    worker.killed_for = Some(why);
+                }
+            }
         }
         for worker in &mut self.workers {
             if worker.kill_at.is_some_and(|at| now >= at) {

@@ -449,3 +449,43 @@ async fn status_json_reports_the_supervisor_worker_and_readiness() {
     assert_eq!(code, Some(3));
     assert_eq!(value["running"], false, "{value}");
 }
+
+/// `[daemon] watchdog_secs`: a worker whose event loop hangs (here: SIGSTOP) stops
+/// pinging; the supervisor kills and replaces it within `watchdog_secs` + 1 s, and a
+/// client that connects meanwhile is queued on the supervisor's socket, not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_is_replaced_by_the_watchdog() {
+    let env = TestEnv::shared_with(&["daemon.watchdog_secs=2"]).await;
+    let daemon = Supervised::start(&env);
+    let hung = daemon.worker_pid().expect("worker");
+    let base = daemon.base_url();
+    signal(hung, libc::SIGSTOP);
+    let stopped = Instant::now();
+    // Connects at once (the kernel queues it) and is answered by the replacement.
+    let response = reqwest::Client::new()
+        .get(format!("{base}/healthz"))
+        .timeout(Duration::from_secs(15))
+        .send()
+        .await
+        .expect("queued, not refused");
+    let waited = stopped.elapsed();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        waited <= Duration::from_secs(5),
+        "replaced after {waited:?}"
+    );
+    assert!(
+        daemon.wait_for(Duration::from_secs(5), |state| {
+            state["worker_pid"]
+                .as_i64()
+                .is_some_and(|pid| pid != i64::from(hung))
+                && state["last_exit"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("watchdog"))
+        }),
+        "{}",
+        daemon.state()
+    );
+    assert!(!alive(hung), "the hung worker is gone");
+    assert!(daemon.ctl("stop").status.success());
+}
