@@ -239,6 +239,9 @@ pub struct DaemonConfig {
     /// A worker that sends no `WATCHDOG=1` for this long (a hung event loop) is killed and
     /// replaced; `None`: no watchdog.
     pub watchdog: Option<Duration>,
+    /// A worker whose resident memory stays above this is replaced gracefully (new worker
+    /// ready first, the old one drained), like pm2's `max_memory_restart`.
+    pub max_rss_bytes: Option<u64>,
 }
 
 /// The MongoDB catalogue.

@@ -108,6 +108,7 @@ pub(super) struct RawDaemon {
     pub(super) restart_window_secs: Option<u64>,
     pub(super) stop_timeout_secs: Option<u64>,
     pub(super) watchdog_secs: Option<u64>,
+    pub(super) max_rss_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -198,6 +198,10 @@ impl RawConfig {
             max_restarts: daemon.max_restarts.unwrap_or(10),
             restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
             stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
+            max_rss_bytes: match daemon.max_rss_mb.unwrap_or(0) {
+                0 => None,
+                mb => Some(mb.saturating_mul(1024 * 1024)),
+            },
             watchdog: match daemon.watchdog_secs.unwrap_or(30) {
                 0 => None,
                 secs => Some(Duration::from_secs(secs.max(2))),

@@ -312,6 +312,7 @@ impl Status {
                 "message": r.message,
             })),
             "gave_up_reason": state.and_then(|s| s.gave_up_reason.clone()),
+            "last_guard": state.and_then(|s| s.last_guard.clone()),
             "readiness": readiness,
         })
     }
@@ -360,6 +361,9 @@ impl Status {
             }
             if let Some(reason) = &state.gave_up_reason {
                 out.push_str(&format!("gave up:      {reason}\n"));
+            }
+            if let Some(guard) = &state.last_guard {
+                out.push_str(&format!("last guard:   {guard}\n"));
             }
         }
         match &self.readyz {

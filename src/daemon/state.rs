@@ -60,6 +60,9 @@ pub struct SupervisorState {
     pub listen: String,
     /// Backoff before the next restart, in milliseconds, when in backoff.
     pub next_backoff_ms: Option<u64>,
+    /// Why a guard last replaced or killed a worker (memory, watchdog).
+    #[serde(default)]
+    pub last_guard: Option<String>,
 }
 
 /// The result of one reload (SIGHUP / `musicd restart`).

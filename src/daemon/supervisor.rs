@@ -37,6 +37,9 @@ use crate::config::{Config, Sources};
 /// First restart delay.
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long a worker's memory must stay above `max_rss_mb` before it is replaced.
+pub const RSS_GRACE: Duration = Duration::from_secs(5);
+
 /// How long a new worker may take to report `READY=1`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -79,6 +82,8 @@ struct Worker {
     last_ping: Instant,
     /// Why the supervisor killed it, when it did.
     killed_for: Option<String>,
+    /// Since when its resident memory has been above `max_rss_mb`.
+    over_rss_since: Option<Instant>,
 }
 
 struct Supervisor {
@@ -148,6 +153,7 @@ pub fn run(launch: Launch) -> i32 {
             .local_addr()
             .map_or_else(|_| config.listen.to_string(), |a| a.to_string()),
         next_backoff_ms: None,
+        last_guard: None,
     };
     tracing::info!(listen = %config.listen, pid = state.supervisor_pid, "supervisor started");
     let mut supervisor = Supervisor {
@@ -323,6 +329,7 @@ impl Supervisor {
                     kill_at: None,
                     last_ping: Instant::now(),
                     killed_for: None,
+                    over_rss_since: None,
                 });
                 if role == Role::Current {
                     self.state.worker_pid = Some(pid);
@@ -498,10 +505,12 @@ impl Supervisor {
                     );
                     tracing::error!(pid = worker.pid, "{why}: SIGKILL and replace");
                     let _ = sys::kill(worker.pid, libc::SIGKILL);
+                    self.state.last_guard = Some(format!("worker {}: {why}", worker.pid));
                     worker.killed_for = Some(why);
                 }
             }
         }
+        self.check_memory(now);
         for worker in &mut self.workers {
             if worker.kill_at.is_some_and(|at| now >= at) {
                 tracing::warn!(pid = worker.pid, "worker did not finish in time: SIGKILL");
@@ -519,6 +528,45 @@ impl Supervisor {
             tracing::error!(pid, "replacement worker not ready in time: killing it");
             let _ = sys::kill(pid, libc::SIGKILL);
         }
+    }
+
+    /// Replaces the serving worker gracefully when its resident memory has stayed above
+    /// `max_rss_mb` for [`RSS_GRACE`] (a brief peak is not a leak).
+    fn check_memory(&mut self, now: Instant) {
+        let Some(limit) = self.config.daemon.max_rss_bytes else {
+            return;
+        };
+        if self.stopping || self.workers.iter().any(|w| w.role == Role::Pending) {
+            return;
+        }
+        let Some(worker) = self
+            .workers
+            .iter_mut()
+            .find(|w| w.role == Role::Current && w.ready)
+        else {
+            return;
+        };
+        let rss = sys::resident_bytes(worker.pid).unwrap_or(0);
+        if rss <= limit {
+            worker.over_rss_since = None;
+            return;
+        }
+        let since = *worker.over_rss_since.get_or_insert(now);
+        if now.duration_since(since) < RSS_GRACE {
+            return;
+        }
+        let why = format!(
+            "worker {}: resident memory {} MiB above max_rss_mb = {} for {}s: replaced",
+            worker.pid,
+            rss / (1024 * 1024),
+            limit / (1024 * 1024),
+            RSS_GRACE.as_secs()
+        );
+        tracing::warn!("{why}");
+        self.state.last_guard = Some(why);
+        self.state.phase = Phase::Replacing;
+        self.spawn(Role::Pending);
+        self.save();
     }
 
     fn begin_stop(&mut self, code: i32) {

@@ -297,6 +297,14 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
+/// The resident memory of process `pid` (`VmRSS` in `/proc/{pid}/status`).
+pub fn resident_bytes(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Binds a listening TCP socket with a deep accept queue. std's `TcpListener::bind` uses a
 /// backlog of 128; connections that arrive while a worker restarts, or in a burst of
 /// thousands, wait in this queue, so it is sized like nginx's production setting.

@@ -489,3 +489,45 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     assert!(!alive(hung), "the hung worker is gone");
     assert!(daemon.ctl("stop").status.success());
 }
+
+/// `[daemon] max_rss_mb`: a worker whose memory stays above the limit is replaced
+/// gracefully (the new one ready first), with no failed request, and `status` says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_over_its_memory_limit_is_replaced_gracefully() {
+    // Any worker is above 1 MiB: the guard fires once the grace has passed.
+    let env = TestEnv::shared_with(&["daemon.max_rss_mb=1"]).await;
+    let (id, _) = env.track("m.mp3", &pattern(3000, 2)).await;
+    let daemon = Supervised::start(&env);
+    let first = daemon.worker_pid().expect("worker");
+    let url = format!("{}/musicdb/{}/m.mp3", daemon.base_url(), id.to_hex());
+    let http = client();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut requests = 0;
+    while daemon.worker_pid() == Some(first) {
+        assert!(
+            Instant::now() < deadline,
+            "not replaced: {}",
+            daemon.state()
+        );
+        let response = http.get(&url).send().await.expect("never refused");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.bytes().await.expect("body");
+        requests += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Requests keep working on the replacement.
+    for _ in 0..20 {
+        let response = http.get(&url).send().await.expect("GET");
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let state = daemon.state();
+    assert!(state["replacements"].as_u64() >= Some(1), "{state}");
+    assert!(
+        state["last_guard"]
+            .as_str()
+            .is_some_and(|g| g.contains("max_rss_mb")),
+        "{state}"
+    );
+    assert!(requests > 10, "{requests}");
+    assert!(daemon.ctl("stop").status.success());
+}
