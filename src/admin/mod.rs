@@ -2,6 +2,7 @@
 //! clients come from [`crate::catalog::backends`], like the daemon's), [`crate::media`],
 //! [`crate::signing`] and [`crate::config`]; none of them reaches into the HTTP server.
 
+pub mod ban;
 pub mod health;
 pub mod import;
 pub mod list;

@@ -312,10 +312,12 @@ async fn purge_command(
         } else {
             backends.cache.forget(&oid).await?
         };
+        let regex = admin::ban::id_regex(&config.route_prefixes, &oid.to_hex());
+        let (bans, bans_ok) = ban_caches(config, dry_run, Some(regex));
         if json {
             println!(
                 "{}",
-                serde_json::json!({ "key": key, "removed": removed, "dry_run": dry_run })
+                serde_json::json!({ "key": key, "removed": removed, "dry_run": dry_run, "bans": bans })
             );
         } else {
             println!(
@@ -328,8 +330,13 @@ async fn purge_command(
                     "was not cached"
                 }
             );
+            print_bans(&bans);
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if bans_ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     }
     let pattern = pattern.unwrap_or_default();
     if pattern.is_empty() {
@@ -364,8 +371,16 @@ async fn purge_command(
     )
     .await?;
     progress.finish();
+    let regex = admin::ban::glob_regex(
+        &config.route_prefixes,
+        &config.redis.prefix,
+        &String::from_utf8_lossy(&options.pattern),
+    );
+    let (bans, bans_ok) = ban_caches(config, dry_run, regex);
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let mut value = serde_json::to_value(&report)?;
+        value["bans"] = serde_json::Value::Array(bans.clone());
+        println!("{}", serde_json::to_string_pretty(&value)?);
     } else if dry_run {
         println!(
             "purge (dry run): {} keys match on {} node(s); nothing deleted ({:.2}s)",
@@ -388,9 +403,57 @@ async fn purge_command(
             }
         );
     }
-    Ok(if report.failed > 0 {
+    if !json {
+        print_bans(&bans);
+    }
+    Ok(if report.failed > 0 || !bans_ok {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Bans `regex` in every `[http_caches] ban_urls` cache: one JSON report per cache, and
+/// whether all of them took it.
+fn ban_caches(
+    config: &Config,
+    dry_run: bool,
+    regex: Option<String>,
+) -> (Vec<serde_json::Value>, bool) {
+    let Some(regex) = regex else {
+        return (Vec::new(), true);
+    };
+    let mut ok = true;
+    let bans = config
+        .ban_urls
+        .iter()
+        .map(|url| {
+            if dry_run {
+                return serde_json::json!({ "url": url, "regex": regex, "dry_run": true });
+            }
+            match admin::ban::ban(url, &regex) {
+                Ok(status) => {
+                    ok &= status == 200;
+                    serde_json::json!({ "url": url, "regex": regex, "status": status })
+                }
+                Err(err) => {
+                    ok = false;
+                    serde_json::json!({ "url": url, "regex": regex, "error": err.to_string() })
+                }
+            }
+        })
+        .collect();
+    (bans, ok)
+}
+
+fn print_bans(bans: &[serde_json::Value]) {
+    for ban in bans {
+        let url = ban["url"].as_str().unwrap_or_default();
+        let regex = ban["regex"].as_str().unwrap_or_default();
+        match (&ban["status"], &ban["error"]) {
+            (serde_json::Value::Number(status), _) => println!("ban: {url} {regex} -> {status}"),
+            (_, serde_json::Value::String(error)) => println!("ban: {url} failed: {error}"),
+            _ => println!("ban: {url} {regex} (dry run)"),
+        }
+    }
 }

@@ -173,6 +173,8 @@ pub struct Config {
     pub signing: SigningConfig,
     /// CORS.
     pub cors: CorsConfig,
+    /// HTTP caches in front (varnish) that `musicctl purge` bans in too: `http://host:port`.
+    pub ban_urls: Vec<String>,
     /// `MUSICD_*` environment variables that name no key (ignored; warned about at start).
     pub ignored_env: Vec<String>,
 }
@@ -476,11 +478,16 @@ mod tests {
                 ("MUSICD_REDIS_TTL_SECS", "7"),
                 ("MUSICD_HOME", "/home/someone"),
                 ("MUSICD_REDIS_URLL", "typo"),
+                ("MUSICD_CORS_MAX_AGE_SECS", "60"),
             ],
             &[],
         )
         .expect("unknown variables are not fatal");
         assert_eq!(cfg.redis.ttl.as_secs(), 7, "known ones still apply");
+        assert_eq!(
+            cfg.cors.max_age_secs, 60,
+            "every table can be set from the environment"
+        );
         let mut ignored = cfg.ignored_env.clone();
         ignored.sort();
         assert_eq!(ignored, ["MUSICD_HOME", "MUSICD_REDIS_URLL"]);
@@ -622,6 +629,7 @@ mod tests {
             ("access_log.", "[access_log]\nzz_probe = 1"),
             ("signing.", "[signing]\nzz_probe = 1"),
             ("cors.", "[cors]\nzz_probe = 1"),
+            ("http_caches.", "[http_caches]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
@@ -635,6 +643,7 @@ mod tests {
                         | "access_log"
                         | "signing"
                         | "cors"
+                        | "http_caches"
                 ) {
                     continue;
                 }

@@ -42,6 +42,8 @@ pub(super) struct RawConfig {
     pub(super) signing: RawSigning,
     #[serde(default)]
     pub(super) cors: RawCors,
+    #[serde(default)]
+    pub(super) http_caches: RawHttpCaches,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -56,6 +58,12 @@ pub(super) struct RawSigning {
 pub(super) struct RawKey {
     pub(super) id: String,
     pub(super) secret_file: PathBuf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttpCaches {
+    pub(super) ban_urls: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,9 @@ pub(super) const TABLES: &[&str] = &[
     "cache",
     "limits",
     "access_log",
+    "signing",
+    "cors",
+    "http_caches",
 ];
 
 /// Where the configuration comes from; see [`super::Config::load`].

@@ -354,6 +354,16 @@ impl RawConfig {
             proxy_protocol: self.proxy_protocol.unwrap_or(false),
             signing,
             cors,
+            ban_urls: {
+                let urls = self.http_caches.ban_urls.unwrap_or_default();
+                if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
+                    return Err(err_at(
+                        "http_caches.ban_urls",
+                        format!("`{bad}` is not an http://host:port URL"),
+                    ));
+                }
+                urls
+            },
             ignored_env: Vec::new(),
         })
     }

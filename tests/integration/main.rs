@@ -19,4 +19,5 @@ mod nginx;
 mod purge;
 mod resolver_faults;
 mod supervisor;
+mod varnish;
 mod wire;

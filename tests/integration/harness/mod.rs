@@ -16,6 +16,7 @@ pub mod procs;
 pub mod raw;
 pub mod server;
 pub mod supervised;
+pub mod varnish;
 pub mod wire_check;
 
 pub use backends::*;

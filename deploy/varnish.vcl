@@ -1,0 +1,74 @@
+# Varnish 7 in front of musicd (or of nginx in front of musicd), as the Node service ran.
+#
+#   varnishd -a :6081 -f /etc/varnish/musicd.vcl -s malloc,1G
+#
+# Set the backend below to musicd (`listen`) or to nginx (deploy/nginx.conf). What it does:
+# * track answers are cached whole; Range requests are answered from the cached object
+#   (varnish's own range support), so a seek costs musicd nothing once a track is cached;
+# * error answers (4xx, 5xx) are not cached, so a track added or fixed shows at once, and
+#   a 503 from a MongoDB outage is never kept;
+# * /healthz, /readyz and /metrics always go to musicd (uncached);
+# * BAN requests from the `purgers` ACL remove cached URLs matching the regular expression
+#   in X-Ban-Url: `musicctl purge` sends them when [http_caches] ban_urls names this
+#   varnish, so what Redis forgot, varnish forgets too;
+# * the client address reaches musicd in X-Forwarded-For (varnish appends the peer), which
+#   musicd believes from its trusted_proxies.
+vcl 4.1;
+
+backend musicd {
+    .host = "127.0.0.1";
+    .port = "23001";
+    .connect_timeout = 2s;
+    .first_byte_timeout = 30s;
+    .between_bytes_timeout = 30s;
+}
+
+acl purgers {
+    "127.0.0.1";
+    "::1";
+}
+
+sub vcl_recv {
+    if (req.method == "BAN") {
+        if (client.ip !~ purgers) {
+            return (synth(403, "Forbidden"));
+        }
+        if (!req.http.X-Ban-Url) {
+            return (synth(400, "X-Ban-Url required"));
+        }
+        # On obj.http.* only, so the ban lurker can retire old objects in the background.
+        ban("obj.http.X-Musicd-Url ~ " + req.http.X-Ban-Url);
+        return (synth(200, "Banned"));
+    }
+    if (req.method != "GET" && req.method != "HEAD") {
+        return (pass);
+    }
+    if (req.url ~ "^/(healthz|readyz|metrics)(\?|$)") {
+        return (pass);
+    }
+    # Tracks do not depend on cookies or credentials.
+    unset req.http.Cookie;
+    unset req.http.Authorization;
+    return (hash);
+}
+
+sub vcl_backend_response {
+    # Kept on the object for bans, removed before delivery.
+    set beresp.http.X-Musicd-Url = bereq.url;
+    if (beresp.status >= 400) {
+        # Not cached: a hit-for-miss for a moment, so concurrent misses still coalesce.
+        set beresp.ttl = 1s;
+        set beresp.uncacheable = true;
+        return (deliver);
+    }
+    return (deliver);
+}
+
+sub vcl_deliver {
+    unset resp.http.X-Musicd-Url;
+    if (obj.hits > 0) {
+        set resp.http.X-Cache = "HIT";
+    } else {
+        set resp.http.X-Cache = "MISS";
+    }
+}

@@ -1,0 +1,138 @@
+//! Purges that reach the HTTP caches in front: `BAN` requests to every varnish named in
+//! `[http_caches] ban_urls`, with `X-Ban-Url` a regular expression over the track URLs of
+//! the purged ids (`deploy/varnish.vcl` bans the cached objects whose URL matches).
+//!
+//! A Redis glob under the key prefix becomes a URL regex under every route prefix:
+//! `track_6b0e*` bans `^(/musicdb|/stream/musicdb)/6b0e[^/?]*([/?]|$)`. A pattern that does
+//! not start with the key prefix names no track URL and bans nothing.
+
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use super::AdminError;
+
+/// The URL regex of one track id under these route prefixes.
+pub fn id_regex(prefixes: &[String], id: &str) -> String {
+    format!("{}{}([/?]|$)", prefix_group(prefixes), regex_escape(id))
+}
+
+/// The URL regex of the ids a Redis glob under `key_prefix` matches; `None` when the
+/// glob is not under the key prefix (it names no track).
+pub fn glob_regex(prefixes: &[String], key_prefix: &str, glob: &str) -> Option<String> {
+    let ids = glob.strip_prefix(key_prefix)?;
+    let mut out = prefix_group(prefixes);
+    let mut chars = ids.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => out.push_str("[^/?]*"),
+            '?' => out.push_str("[^/?]"),
+            '[' => {
+                // A glob class is a regex class: copy it through to its end.
+                out.push('[');
+                for inner in chars.by_ref() {
+                    if inner == ']' {
+                        break;
+                    }
+                    if inner == '\\' || inner == '/' {
+                        out.push('\\');
+                    }
+                    out.push(inner);
+                }
+                out.push(']');
+            }
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    out.push_str(&regex_escape(&next.to_string()));
+                }
+            }
+            other => out.push_str(&regex_escape(&other.to_string())),
+        }
+    }
+    out.push_str("([/?]|$)");
+    Some(out)
+}
+
+fn prefix_group(prefixes: &[String]) -> String {
+    let alternatives: Vec<String> = prefixes.iter().map(|p| regex_escape(p)).collect();
+    format!("^({})/", alternatives.join("|"))
+}
+
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Sends `BAN` with `X-Ban-Url: regex` to a cache at `base` (`http://host:port`); the
+/// status it answered.
+pub fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
+    let fail = |message: String| AdminError::Usage(format!("ban at {base}: {message}"));
+    let authority = base
+        .strip_prefix("http://")
+        .ok_or_else(|| fail("only http:// URLs can be banned at".into()))?
+        .trim_end_matches('/');
+    let address = authority
+        .to_socket_addrs()
+        .map_err(|e| fail(e.to_string()))?
+        .next()
+        .ok_or_else(|| fail("no address".into()))?;
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(3))
+        .map_err(|e| fail(e.to_string()))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| fail(e.to_string()))?;
+    let request = format!(
+        "BAN / HTTP/1.1\r\nHost: {authority}\r\nX-Ban-Url: {regex}\r\nConnection: close\r\n\r\n"
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| {
+            fail(format!(
+                "no HTTP answer: {:?}",
+                text.chars().take(80).collect::<String>()
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefixes() -> Vec<String> {
+        vec!["/musicdb".into(), "/stream/musicdb".into()]
+    }
+
+    #[test]
+    fn ids_and_globs_become_url_regexes_under_every_prefix() {
+        assert_eq!(
+            id_regex(&prefixes(), "6b0dc37d3ba0d873deac9381"),
+            "^(/musicdb|/stream/musicdb)/6b0dc37d3ba0d873deac9381([/?]|$)"
+        );
+        assert_eq!(
+            glob_regex(&prefixes(), "track_", "track_6b0e*").as_deref(),
+            Some("^(/musicdb|/stream/musicdb)/6b0e[^/?]*([/?]|$)")
+        );
+        assert_eq!(
+            glob_regex(&prefixes(), "track_", "track_*").as_deref(),
+            Some("^(/musicdb|/stream/musicdb)/[^/?]*([/?]|$)")
+        );
+        assert_eq!(
+            glob_regex(&prefixes(), "track_", "track_[ab]?").as_deref(),
+            Some("^(/musicdb|/stream/musicdb)/[ab][^/?]([/?]|$)")
+        );
+        assert_eq!(glob_regex(&prefixes(), "track_", "other_*"), None);
+    }
+}
