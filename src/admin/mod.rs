@@ -3,6 +3,7 @@
 //! [`crate::signing`] and [`crate::config`]; none of them reaches into the HTTP server.
 
 pub mod ban;
+pub mod compare;
 pub mod health;
 pub mod import;
 pub mod list;

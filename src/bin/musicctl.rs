@@ -110,6 +110,23 @@ enum Command {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Cut-over check: fetch tracks from musicd and from another server with the same URL
+    /// scheme (the old service) and compare status, length, type and body. Exit 0 when
+    /// they agree, 1 when not.
+    Compare {
+        /// The other server, e.g. http://127.0.0.1:3000.
+        #[arg(long)]
+        against: String,
+        /// musicd's URL (default: http://{listen}).
+        #[arg(long)]
+        base: Option<String>,
+        /// Compare this many tracks, sampled at random (default: all).
+        #[arg(long)]
+        sample: Option<usize>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -267,6 +284,9 @@ fn run() -> anyhow::Result<ExitCode> {
                 }
                 Ok(ExitCode::SUCCESS)
             }
+            Command::Compare { against, base, sample, json } => {
+                compare_command(&config, &backends, &against, base, sample, json).await
+            }
             Command::Sign { .. } | Command::Completions { .. } | Command::Man => {
                 unreachable!("answered before the runtime starts")
             }
@@ -410,6 +430,101 @@ async fn purge_command(
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+async fn compare_command(
+    config: &Config,
+    backends: &Backends,
+    against: &str,
+    base: Option<String>,
+    sample: Option<usize>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use musicd::catalog::StoredPath;
+    use rand::RngExt;
+    let base = base.unwrap_or_else(|| format!("http://{}", config.listen));
+    let prefix = config
+        .route_prefixes
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "/musicdb".into());
+    // Reservoir sampling: a random sample of any size without holding the catalogue.
+    let mut picked: Vec<(String, String)> = Vec::new();
+    let mut seen = 0usize;
+    let mut rng = rand::rng();
+    admin::list::list(backends, None, |track| {
+        let name = match &track.path {
+            StoredPath::Path(p) => std::path::Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "track".into()),
+            StoredPath::Invalid(_) => "track".into(),
+        };
+        let encoded =
+            percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC);
+        let entry = (
+            track.id.to_hex(),
+            format!("{prefix}/{}/{encoded}", track.id.to_hex()),
+        );
+        seen += 1;
+        match sample {
+            Some(n) if picked.len() >= n => {
+                let at = rng.random_range(0..seen);
+                if at < n {
+                    picked[at] = entry;
+                }
+            }
+            _ => picked.push(entry),
+        }
+    })
+    .await?;
+    let results: Vec<admin::compare::Comparison> = tokio::task::spawn_blocking({
+        let (base, against) = (base.clone(), against.to_string());
+        move || {
+            picked
+                .iter()
+                .map(|(id, path)| admin::compare::compare(&base, &against, id, path))
+                .collect()
+        }
+    })
+    .await?;
+    let disagree = results.iter().filter(|c| !c.agree).count();
+    let no_file = results.iter().filter(|c| c.other.no_file).count();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "compared": results.len(),
+                "agree": results.len() - disagree,
+                "disagree": disagree,
+                "no_file_with_200": no_file,
+                "tracks": results,
+            }))?
+        );
+    } else {
+        for result in &results {
+            if result.agree {
+                println!(
+                    "{}  agree  {} {} bytes",
+                    result.id, result.musicd.status, result.musicd.length
+                );
+            } else {
+                println!("{}  DIFFER {}", result.id, result.differences.join("; "));
+            }
+        }
+        println!(
+            "compare: {} tracks, {} agree, {} differ ({} answered 200 \"no file\" by the other server)",
+            results.len(),
+            results.len() - disagree,
+            disagree,
+            no_file
+        );
+    }
+    Ok(if disagree == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     })
 }
 

@@ -453,3 +453,104 @@ fn completions_and_man_pages_describe_the_commands() {
         assert!(text.contains(subcommand), "{binary} man lacks {subcommand}");
     }
 }
+
+/// A stand-in for the old Node service: the files it knows by id, `200 "no file"` for the
+/// rest (what express + mongoose + sendfile did).
+fn old_service(known: std::collections::HashMap<String, Vec<u8>>) -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let id = line.split('/').nth(2).unwrap_or_default().to_string();
+            let mut stream = reader.into_inner();
+            let (kind, body) = match known.get(&id) {
+                Some(bytes) => ("audio/mpeg", bytes.clone()),
+                None => ("text/html; charset=utf-8", b"no file".to_vec()),
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    port
+}
+
+/// `musicctl compare --against`: per track, whether musicd and the old service agree;
+/// the old service's "no file" answers are flagged; exit 0 only when all agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_checks_a_cut_over_track_by_track() {
+    let env = TestEnv::new().await;
+    let same = pattern(3000, 31);
+    let (agreeing, _) = env.track("a.mp3", &same).await;
+    let (changed, _) = env.track("b.mp3", &pattern(3000, 32)).await;
+    let (missing, _) = env.track("c.mp3", &pattern(3000, 33)).await;
+    let server = env.musicd().await;
+    let mut known = std::collections::HashMap::new();
+    known.insert(agreeing.to_hex(), same.clone());
+    known.insert(changed.to_hex(), pattern(3000, 99));
+    let port = old_service(known);
+    let output = env
+        .command("musicctl")
+        .args(["compare", "--json", "--against"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg("--base")
+        .arg(server.url(""))
+        .output()
+        .expect("musicctl compare");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(report["compared"], 3, "{report}");
+    assert_eq!(report["agree"], 1, "{report}");
+    assert_eq!(report["no_file_with_200"], 1, "{report}");
+    let by_id = |id: &mongodb::bson::oid::ObjectId| {
+        report["tracks"]
+            .as_array()
+            .expect("tracks")
+            .iter()
+            .find(|t| t["id"] == id.to_hex())
+            .cloned()
+            .expect("track in report")
+    };
+    assert_eq!(by_id(&agreeing)["agree"], true);
+    assert!(
+        by_id(&changed)["differences"]
+            .to_string()
+            .contains("body differs")
+    );
+    let missing = by_id(&missing);
+    assert_eq!(missing["other"]["no_file"], true, "{missing}");
+    assert_eq!(missing["musicd"]["status"], 200);
+
+    // A sample of one that the old service serves identically: exit 0.
+    let only = TestEnv::new().await;
+    let (id, _) = only.track("o.mp3", &same).await;
+    let server = only.musicd().await;
+    let mut known = std::collections::HashMap::new();
+    known.insert(id.to_hex(), same.clone());
+    let port = old_service(known);
+    let output = only
+        .command("musicctl")
+        .args(["compare", "--sample", "1", "--against"])
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg("--base")
+        .arg(server.url(""))
+        .output()
+        .expect("musicctl compare");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("1 tracks, 1 agree, 0 differ"), "{text}");
+}
