@@ -6,10 +6,6 @@
 //! `track_6b0e*` bans `^(/musicdb|/stream/musicdb)/6b0e[^/?]*([/?]|$)`. A pattern that does
 //! not start with the key prefix names no track URL and bans nothing.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
-
 use super::AdminError;
 
 /// The URL regex of one track id under these route prefixes.
@@ -72,39 +68,7 @@ fn regex_escape(text: &str) -> String {
 /// Sends `BAN` with `X-Ban-Url: regex` to a cache at `base` (`http://host:port`); the
 /// status it answered.
 pub fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
-    let fail = |message: String| AdminError::Usage(format!("ban at {base}: {message}"));
-    let authority = base
-        .strip_prefix("http://")
-        .ok_or_else(|| fail("only http:// URLs can be banned at".into()))?
-        .trim_end_matches('/');
-    let address = authority
-        .to_socket_addrs()
-        .map_err(|e| fail(e.to_string()))?
-        .next()
-        .ok_or_else(|| fail("no address".into()))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(3))
-        .map_err(|e| fail(e.to_string()))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| fail(e.to_string()))?;
-    let request = format!(
-        "BAN / HTTP/1.1\r\nHost: {authority}\r\nX-Ban-Url: {regex}\r\nConnection: close\r\n\r\n"
-    );
-    stream
-        .write_all(request.as_bytes())
-        .map_err(|e| fail(e.to_string()))?;
-    let mut answer = Vec::new();
-    let _ = stream.read_to_end(&mut answer);
-    let text = String::from_utf8_lossy(&answer);
-    text.split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| {
-            fail(format!(
-                "no HTTP answer: {:?}",
-                text.chars().take(80).collect::<String>()
-            ))
-        })
+    super::http_client::request(base, "BAN", "/", &[("X-Ban-Url", regex)]).map(|a| a.status)
 }
 
 #[cfg(test)]

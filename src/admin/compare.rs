@@ -4,14 +4,8 @@
 //! the body. The old service's habit of answering an unknown id with `200 "no file"` is
 //! flagged for what it is.
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
-
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-
-use super::AdminError;
 
 /// One server's answer to one URL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -80,15 +74,15 @@ pub fn compare(musicd: &str, other: &str, id: &str, path: &str) -> Comparison {
     }
 }
 
-/// GET `base` + `path` with a plain HTTP/1.1 client (one request per connection).
+/// GET `base` + `path` ([`super::http_client`]).
 pub fn fetch(base: &str, path: &str) -> Fetched {
-    match get(base, path) {
-        Ok((status, content_type, body)) => Fetched {
-            status,
-            length: body.len() as u64,
-            no_file: status == 200 && body.trim_ascii() == b"no file",
-            sha256: hex(&Sha256::digest(&body)),
-            content_type,
+    match super::http_client::request(base, "GET", path, &[]) {
+        Ok(answer) => Fetched {
+            status: answer.status,
+            length: answer.body.len() as u64,
+            no_file: answer.status == 200 && answer.body.trim_ascii() == b"no file",
+            sha256: hex(&Sha256::digest(&answer.body)),
+            content_type: answer.content_type,
             error: None,
         },
         Err(error) => Fetched {
@@ -104,79 +98,4 @@ pub fn fetch(base: &str, path: &str) -> Fetched {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn get(base: &str, path: &str) -> Result<(u16, Option<String>, Vec<u8>), AdminError> {
-    let fail = |message: String| AdminError::Usage(format!("{base}{path}: {message}"));
-    let authority = base
-        .strip_prefix("http://")
-        .ok_or_else(|| fail("only http:// URLs can be compared".into()))?
-        .trim_end_matches('/');
-    let address = authority
-        .to_socket_addrs()
-        .map_err(|e| fail(e.to_string()))?
-        .next()
-        .ok_or_else(|| fail("no address".into()))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
-        .map_err(|e| fail(e.to_string()))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| fail(e.to_string()))?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .map_err(|e| fail(e.to_string()))?;
-    let mut raw = Vec::new();
-    stream
-        .read_to_end(&mut raw)
-        .map_err(|e| fail(e.to_string()))?;
-    let mut slots = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut slots);
-    let head = match response.parse(&raw) {
-        Ok(httparse::Status::Complete(len)) => len,
-        _ => return Err(fail("not an HTTP response".into())),
-    };
-    let status = response.code.unwrap_or(0);
-    let header = |name: &str| {
-        response
-            .headers
-            .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| String::from_utf8_lossy(h.value).trim().to_string())
-    };
-    let content_type = header("content-type");
-    let chunked = header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-    let body = &raw[head..];
-    let body = if chunked {
-        dechunk(body).ok_or_else(|| fail("a chunked body that does not decode".into()))?
-    } else {
-        match header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-            Some(length) if body.len() >= length => body[..length].to_vec(),
-            Some(length) => {
-                return Err(fail(format!(
-                    "body cut at {} of {length} bytes",
-                    body.len()
-                )));
-            }
-            None => body.to_vec(),
-        }
-    };
-    Ok((status, content_type, body))
-}
-
-fn dechunk(mut bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let (used, size) = match httparse::parse_chunk_size(bytes).ok()? {
-            httparse::Status::Complete(found) => found,
-            httparse::Status::Partial => return None,
-        };
-        bytes = &bytes[used..];
-        if size == 0 {
-            return Some(body);
-        }
-        let size = usize::try_from(size).ok()?;
-        body.extend_from_slice(bytes.get(..size)?);
-        bytes = bytes.get(size + 2..)?;
-    }
 }

@@ -5,6 +5,7 @@
 pub mod ban;
 pub mod compare;
 pub mod health;
+pub mod http_client;
 pub mod import;
 pub mod list;
 pub mod progress;

@@ -208,11 +208,7 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
             .expect("run musicctl")
     };
     let first = import();
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    crate::harness::succeeded(&first);
     let stdout = String::from_utf8_lossy(&first.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 3, "{stdout}");

@@ -85,11 +85,7 @@ fn reindex(env: &TestEnv, args: &[&str]) -> serde_json::Value {
         .arg("--json")
         .output()
         .expect("musicctl reindex");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    crate::harness::succeeded(&output);
     serde_json::from_slice(&output.stdout).expect("json report")
 }
 

@@ -130,11 +130,7 @@ async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_th
     tokio::time::sleep(Duration::from_millis(200)).await;
     let first = daemon.worker_pid().expect("worker");
     let restart = daemon.ctl("restart");
-    assert!(
-        restart.status.success(),
-        "{}",
-        String::from_utf8_lossy(&restart.stderr)
-    );
+    crate::harness::succeeded(&restart);
     let second = daemon.worker_pid().expect("worker");
     assert_ne!(first, second);
 
@@ -224,11 +220,7 @@ async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
         let (received, clean_end) = reader.await.expect("reader");
         let stop = stop.await.expect("stop");
         let took = stopped_at.elapsed();
-        assert!(
-            stop.status.success(),
-            "{}",
-            String::from_utf8_lossy(&stop.stderr)
-        );
+        crate::harness::succeeded(&stop);
         assert!(!alive(supervisor));
         if should_complete {
             assert!(
@@ -404,11 +396,7 @@ async fn the_ops_address_is_handed_to_every_worker() {
         );
         if round == "first worker" {
             let restart = daemon.ctl("restart");
-            assert!(
-                restart.status.success(),
-                "{}",
-                String::from_utf8_lossy(&restart.stderr)
-            );
+            crate::harness::succeeded(&restart);
         }
     }
     assert!(daemon.ctl("stop").status.success());

@@ -184,3 +184,14 @@ pub fn kill_child(child: &mut Child) -> std::io::Result<()> {
     child.kill()?;
     child.wait().map(|_| ())
 }
+
+/// Asserts that a command succeeded, showing what it printed if not; its stdout.
+pub fn succeeded(output: &std::process::Output) -> String {
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
