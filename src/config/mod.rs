@@ -11,6 +11,7 @@
 //! merge, `raw` the raw shapes, `validate` the validation and every default (which
 //! `deploy/musicd.toml` states too: a test compares the two).
 
+pub mod defaults;
 mod raw;
 pub mod sources;
 mod validate;

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::defaults::*;
 use super::raw::RawConfig;
 use super::*;
 
@@ -16,14 +17,14 @@ impl RawConfig {
         err_at: &dyn Fn(&str, String) -> ConfigError,
         check_roots: bool,
     ) -> Result<Config, ConfigError> {
-        let listen_text = self.listen.unwrap_or_else(|| "127.0.0.1:23001".into());
+        let listen_text = self.listen.unwrap_or_else(|| LISTEN.into());
         let listen: SocketAddr = listen_text
             .parse()
             .map_err(|e| err_at("listen", format!("`{listen_text}` is not an address: {e}")))?;
 
         let roots = self
             .media_roots
-            .unwrap_or_else(|| vec![PathBuf::from("/srv/music")]);
+            .unwrap_or_else(|| vec![PathBuf::from(MEDIA_ROOT)]);
         if roots.is_empty() {
             return Err(err_at(
                 "media_roots",
@@ -54,7 +55,7 @@ impl RawConfig {
 
         let route_prefixes = self
             .route_prefixes
-            .unwrap_or_else(|| vec!["/musicdb".into(), "/stream/musicdb".into()]);
+            .unwrap_or_else(|| ROUTE_PREFIXES.iter().map(|p| p.to_string()).collect());
         for prefix in &route_prefixes {
             if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
                 return Err(err_at(
@@ -63,20 +64,22 @@ impl RawConfig {
                 ));
             }
         }
-        let accel_location = self.accel_location.unwrap_or_else(|| "/internal".into());
+        let accel_location = self.accel_location.unwrap_or_else(|| ACCEL_LOCATION.into());
         if !accel_location.starts_with('/') || accel_location.ends_with('/') {
             return Err(err_at(
                 "accel_location",
                 "must start with / and not end with /".into(),
             ));
         }
-        let max_ranges = self.max_ranges.unwrap_or(16);
+        let max_ranges = self.max_ranges.unwrap_or(MAX_RANGES);
         if max_ranges == 0 {
             return Err(err_at("max_ranges", "must be at least 1".into()));
         }
 
         let mongo = self.mongodb;
-        let path_field = mongo.path_field.unwrap_or_else(|| "path".into());
+        let path_field = mongo
+            .path_field
+            .unwrap_or_else(|| MONGODB_PATH_FIELD.into());
         if path_field.is_empty() || path_field.starts_with('$') || path_field == "_id" {
             return Err(err_at(
                 "mongodb.path_field",
@@ -84,13 +87,13 @@ impl RawConfig {
             ));
         }
         let mongodb = MongoConfig {
-            uri: mongo
-                .uri
-                .unwrap_or_else(|| "mongodb://127.0.0.1:27017".into()),
-            database: mongo.database.unwrap_or_else(|| "musicdb".into()),
-            collection: mongo.collection.unwrap_or_else(|| "tracks".into()),
+            uri: mongo.uri.unwrap_or_else(|| MONGODB_URI.into()),
+            database: mongo.database.unwrap_or_else(|| MONGODB_DATABASE.into()),
+            collection: mongo
+                .collection
+                .unwrap_or_else(|| MONGODB_COLLECTION.into()),
             path_field,
-            timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(2000).max(1)),
+            timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(MONGODB_TIMEOUT_MS).max(1)),
         };
         if !mongodb.uri.starts_with("mongodb://") && !mongodb.uri.starts_with("mongodb+srv://") {
             return Err(err_at(
@@ -100,8 +103,8 @@ impl RawConfig {
         }
 
         let redis = self.redis;
-        let ttl_secs = redis.ttl_secs.unwrap_or(86_400);
-        let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(60);
+        let ttl_secs = redis.ttl_secs.unwrap_or(REDIS_TTL_SECS);
+        let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(REDIS_NEGATIVE_TTL_SECS);
         if ttl_secs == 0 {
             return Err(err_at("redis.ttl_secs", "must be at least 1".into()));
         }
@@ -111,11 +114,11 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
-        let jitter = redis.ttl_jitter_percent.unwrap_or(10);
+        let jitter = redis.ttl_jitter_percent.unwrap_or(REDIS_TTL_JITTER_PERCENT);
         if jitter > 100 {
             return Err(err_at("redis.ttl_jitter_percent", "must be 0..=100".into()));
         }
-        let prefix = redis.prefix.unwrap_or_else(|| "track_".into());
+        let prefix = redis.prefix.unwrap_or_else(|| REDIS_PREFIX.into());
         if prefix.is_empty() {
             return Err(err_at(
                 "redis.prefix",
@@ -132,7 +135,7 @@ impl RawConfig {
             }
         }
         let target = if cluster.is_empty() {
-            let url = redis.url.unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+            let url = redis.url.unwrap_or_else(|| REDIS_URL.into());
             if redis::parse_redis_url(&url).is_none() {
                 return Err(err_at(
                     "redis.url",
@@ -155,19 +158,15 @@ impl RawConfig {
             ttl: Duration::from_secs(ttl_secs),
             negative_ttl: Duration::from_secs(negative_ttl_secs),
             ttl_jitter: f64::from(jitter) / 100.0,
-            timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(250).max(1)),
+            timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(REDIS_TIMEOUT_MS).max(1)),
         };
 
         let daemon = self.daemon;
         let mut paths = Vec::new();
         for (key, value, default) in [
-            ("daemon.pid_file", daemon.pid_file, "/run/musicd/musicd.pid"),
-            (
-                "daemon.log_file",
-                daemon.log_file,
-                "/var/log/musicd/musicd.log",
-            ),
-            ("daemon.state_dir", daemon.state_dir, "/var/lib/musicd"),
+            ("daemon.pid_file", daemon.pid_file, DAEMON_PID_FILE),
+            ("daemon.log_file", daemon.log_file, DAEMON_LOG_FILE),
+            ("daemon.state_dir", daemon.state_dir, DAEMON_STATE_DIR),
         ] {
             let path = value.unwrap_or_else(|| PathBuf::from(default));
             // The supervisor runs from `/`, so relative paths would move under it.
@@ -182,7 +181,8 @@ impl RawConfig {
         let [pid_file, log_file, state_dir]: [PathBuf; 3] = paths
             .try_into()
             .map_err(|_| err_at("daemon", "internal: path count".into()))?;
-        let backoff_max = Duration::from_secs(daemon.backoff_max_secs.unwrap_or(30));
+        let backoff_max =
+            Duration::from_secs(daemon.backoff_max_secs.unwrap_or(DAEMON_BACKOFF_MAX_SECS));
         if backoff_max < Duration::from_millis(100) {
             return Err(err_at(
                 "daemon.backoff_max_secs",
@@ -193,27 +193,38 @@ impl RawConfig {
             pid_file,
             log_file,
             state_dir,
-            min_uptime: Duration::from_secs(daemon.min_uptime_secs.unwrap_or(10)),
+            min_uptime: Duration::from_secs(
+                daemon.min_uptime_secs.unwrap_or(DAEMON_MIN_UPTIME_SECS),
+            ),
             backoff_max,
-            max_restarts: daemon.max_restarts.unwrap_or(10),
-            restart_window: Duration::from_secs(daemon.restart_window_secs.unwrap_or(60)),
-            stop_timeout: Duration::from_secs(daemon.stop_timeout_secs.unwrap_or(30)),
-            max_rss_bytes: match daemon.max_rss_mb.unwrap_or(0) {
+            max_restarts: daemon.max_restarts.unwrap_or(DAEMON_MAX_RESTARTS),
+            restart_window: Duration::from_secs(
+                daemon
+                    .restart_window_secs
+                    .unwrap_or(DAEMON_RESTART_WINDOW_SECS),
+            ),
+            stop_timeout: Duration::from_secs(
+                daemon.stop_timeout_secs.unwrap_or(DAEMON_STOP_TIMEOUT_SECS),
+            ),
+            max_rss_bytes: match daemon.max_rss_mb.unwrap_or(DAEMON_MAX_RSS_MB) {
                 0 => None,
                 mb => Some(mb.saturating_mul(1024 * 1024)),
             },
-            watchdog: match daemon.watchdog_secs.unwrap_or(30) {
+            watchdog: match daemon.watchdog_secs.unwrap_or(DAEMON_WATCHDOG_SECS) {
                 0 => None,
                 secs => Some(Duration::from_secs(secs.max(2))),
             },
         };
 
         let cache = CacheConfig {
-            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(1000)),
-            id_max_entries: self.cache.id_max_entries.unwrap_or(100_000),
-            file_max_bytes: self.cache.file_max_bytes.unwrap_or(256 * 1024),
-            file_total_bytes: self.cache.file_total_bytes.unwrap_or(256 * 1024 * 1024),
-            open_files: self.cache.open_files.unwrap_or(1024),
+            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(CACHE_ID_TTL_MS)),
+            id_max_entries: self.cache.id_max_entries.unwrap_or(CACHE_ID_MAX_ENTRIES),
+            file_max_bytes: self.cache.file_max_bytes.unwrap_or(CACHE_FILE_MAX_BYTES),
+            file_total_bytes: self
+                .cache
+                .file_total_bytes
+                .unwrap_or(CACHE_FILE_TOTAL_BYTES),
+            open_files: self.cache.open_files.unwrap_or(CACHE_OPEN_FILES),
         };
         if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
             return Err(err_at(
@@ -225,25 +236,54 @@ impl RawConfig {
         let raw_limits = self.limits;
         let limits = LimitsConfig {
             header_read_timeout: Duration::from_secs(
-                raw_limits.header_read_timeout_secs.unwrap_or(10).max(1),
+                raw_limits
+                    .header_read_timeout_secs
+                    .unwrap_or(LIMITS_HEADER_READ_TIMEOUT_SECS)
+                    .max(1),
             ),
             body_read_timeout: Duration::from_secs(
-                raw_limits.body_read_timeout_secs.unwrap_or(10).max(1),
+                raw_limits
+                    .body_read_timeout_secs
+                    .unwrap_or(LIMITS_BODY_READ_TIMEOUT_SECS)
+                    .max(1),
             ),
-            idle_timeout: Duration::from_secs(raw_limits.idle_timeout_secs.unwrap_or(60).max(1)),
-            write_timeout: Duration::from_secs(raw_limits.write_timeout_secs.unwrap_or(60).max(1)),
+            idle_timeout: Duration::from_secs(
+                raw_limits
+                    .idle_timeout_secs
+                    .unwrap_or(LIMITS_IDLE_TIMEOUT_SECS)
+                    .max(1),
+            ),
+            write_timeout: Duration::from_secs(
+                raw_limits
+                    .write_timeout_secs
+                    .unwrap_or(LIMITS_WRITE_TIMEOUT_SECS)
+                    .max(1),
+            ),
             // Below 8 KiB, ordinary browsers with a few cookies would be refused.
-            max_header_bytes: raw_limits.max_header_bytes.unwrap_or(16 * 1024).max(8192),
-            max_uri_bytes: raw_limits.max_uri_bytes.unwrap_or(2048).max(64),
-            max_connections: raw_limits.max_connections.unwrap_or(10_000).max(1),
-            rate_after_bytes: raw_limits.rate_after_bytes.unwrap_or(0),
-            rate_bytes_per_sec: raw_limits.rate_bytes_per_sec.unwrap_or(0),
+            max_header_bytes: raw_limits
+                .max_header_bytes
+                .unwrap_or(LIMITS_MAX_HEADER_BYTES)
+                .max(8192),
+            max_uri_bytes: raw_limits
+                .max_uri_bytes
+                .unwrap_or(LIMITS_MAX_URI_BYTES)
+                .max(64),
+            max_connections: raw_limits
+                .max_connections
+                .unwrap_or(LIMITS_MAX_CONNECTIONS)
+                .max(1),
+            rate_after_bytes: raw_limits
+                .rate_after_bytes
+                .unwrap_or(LIMITS_RATE_AFTER_BYTES),
+            rate_bytes_per_sec: raw_limits
+                .rate_bytes_per_sec
+                .unwrap_or(LIMITS_RATE_BYTES_PER_SEC),
         };
 
         let mut trusted_proxies = Vec::new();
         let trusted = self
             .trusted_proxies
-            .unwrap_or_else(|| vec!["127.0.0.1/32".into(), "::1/128".into()]);
+            .unwrap_or_else(|| TRUSTED_PROXIES.iter().map(|p| p.to_string()).collect());
         for text in trusted {
             // A bare address is a network of one.
             let net = text
@@ -291,7 +331,7 @@ impl RawConfig {
             }
             keys.push((key.id, secret));
         }
-        let required = self.signing.required.unwrap_or(false);
+        let required = self.signing.required.unwrap_or(SIGNING_REQUIRED);
         if required && keys.is_empty() {
             return Err(err_at(
                 "signing.required",
@@ -301,7 +341,7 @@ impl RawConfig {
         let signing = SigningConfig { required, keys };
         let cors = CorsConfig {
             allow_origins: self.cors.allow_origins.unwrap_or_default(),
-            max_age_secs: self.cors.max_age_secs.unwrap_or(86_400),
+            max_age_secs: self.cors.max_age_secs.unwrap_or(CORS_MAX_AGE_SECS),
         };
         for origin in &cors.allow_origins {
             if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
@@ -332,12 +372,10 @@ impl RawConfig {
             media_roots,
             serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
             route_prefixes,
-            cache_control: self
-                .cache_control
-                .unwrap_or_else(|| "public, max-age=86400".into()),
+            cache_control: self.cache_control.unwrap_or_else(|| CACHE_CONTROL.into()),
             max_ranges,
             accel_location,
-            log_level: self.log_level.unwrap_or_else(|| "info".into()),
+            log_level: self.log_level.unwrap_or_else(|| LOG_LEVEL.into()),
             worker_threads: match self.worker_threads.unwrap_or(0) {
                 0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
                 n => n,
@@ -347,11 +385,11 @@ impl RawConfig {
             daemon,
             cache,
             limits,
-            follow_symlinks: self.follow_symlinks.unwrap_or(false),
-            zero_copy: self.zero_copy.unwrap_or(true),
+            follow_symlinks: self.follow_symlinks.unwrap_or(FOLLOW_SYMLINKS),
+            zero_copy: self.zero_copy.unwrap_or(ZERO_COPY),
             access_log,
             trusted_proxies,
-            proxy_protocol: self.proxy_protocol.unwrap_or(false),
+            proxy_protocol: self.proxy_protocol.unwrap_or(PROXY_PROTOCOL),
             signing,
             cors,
             ban_urls: {
