@@ -30,6 +30,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 # "|"-separated substrings of cell names (names contain commas) to run (all by default); a partial run prints
 # its table but does not replace the committed results file.
 ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split("|") if c]
+# Also run h2o and lighttpd (Debian packages) in the cells that have peers (BENCH_PEERS=0: not).
+PEERS = os.environ.get("BENCH_PEERS", "1") != "0"
 # Another musicd build (e.g. the last commit's) to measure against in the same run: every
 # direct-mode cell then also runs it, alternated with the others, and a second table gives
 # this build's ratio to it.
@@ -255,6 +257,42 @@ http {{
     # Workers outlive a master that dies abruptly: remember them so teardown can end them.
     leftovers.extend(nginx_pids[1:])
 
+    # The other fast static servers, each tuned as its documentation recommends for
+    # static files (2 threads / workers like nginx, sendfile, long keep-alive), with access
+    # logs off, and a second instance of each with them on.
+    peers = {}
+    if PEERS and shutil.which("h2o") and shutil.which("lighttpd"):
+        for logged in (False, True):
+            tag = "log" if logged else "nolog"
+            port = free_port()
+            conf = work / f"h2o-{tag}.conf"
+            log_line = f"access-log: {work}/h2o-access.log\n" if logged else ""
+            conf.write_text(
+                (f"user: root\n" if os.geteuid() == 0 else "") +
+                f"num-threads: 2\nlisten:\n  host: 127.0.0.1\n  port: {port}\n{log_line}"
+                f"file.send-compressed: OFF\nhosts:\n  default:\n    paths:\n"
+                f"      /media:\n        file.dir: {media}\n")
+            proc = start(["h2o", "-c", str(conf)])
+            wait_port(port)
+            peers[f"h2o-{tag}"] = (f"http://127.0.0.1:{port}", proc)
+            port = free_port()
+            conf = work / f"lighttpd-{tag}.conf"
+            log_conf = (f'accesslog.filename = "{work}/lighttpd-access.log"\n'
+                        f'accesslog.format = "%h %V %u %t \\"%r\\" %>s %b \\"%{{Referer}}i\\" \\"%{{User-Agent}}i\\""\n'
+                        if logged else "")
+            conf.write_text(
+                f'server.modules = ("mod_alias", "mod_accesslog")\n'
+                f'server.document-root = "{media}"\nserver.bind = "127.0.0.1"\nserver.port = {port}\n'
+                f'server.errorlog = "{work}/lighttpd-{tag}-error.log"\n'
+                f'server.max-worker = 2\nserver.max-keep-alive-requests = 1000000\n'
+                f'server.max-keep-alive-idle = 60\nserver.max-fds = 16384\n'
+                f'server.network-backend = "sendfile"\n'
+                f'alias.url = ("/media/" => "{media}/")\n{log_conf}')
+            proc = start(["lighttpd", "-D", "-f", str(conf)])
+            wait_port(port)
+            peers[f"lighttpd-{tag}"] = (f"http://127.0.0.1:{port}", proc)
+        time.sleep(0.3)
+
     n = f"http://127.0.0.1:{nginx_port}"
     d = f"http://127.0.0.1:{direct_port}"
     nc = f"http://127.0.0.1:{nocache_port}"
@@ -290,7 +328,7 @@ http {{
     rows = []
     b = f"http://127.0.0.1:{baseline_port}"
     for name, conns, baseline, contender in cells:
-        runs = {"nginx": [], "musicd": [], "baseline": []}
+        runs = {"nginx": [], "musicd": [], "baseline": [], "h2o": [], "lighttpd": []}
         previous = None
         # Not the cache-miss cell: its ids must be new to the shared Redis in every round.
         if BASELINE_BIN and contender and contender[0].startswith(d) and not name.startswith("cache miss"):
@@ -303,7 +341,17 @@ http {{
                 chunk = len(miss_ids) // ROUNDS
                 shifted.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids[r * chunk:(r + 1) * chunk]))
                 contender = (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua", shifted)
-            for label, target in (("nginx", baseline), ("musicd", contender), ("baseline", previous)):
+            extra = []
+            under = lambda url, base: url == base or url.startswith(base + "/")
+            if peers and baseline is not None and (under(baseline[0], n) or under(baseline[0], nl)) \
+                    and "x-accel" not in name and "signed" not in name:
+                logged = under(baseline[0], nl)
+                for peer in ("h2o", "lighttpd"):
+                    url, proc = peers[f"{peer}-{'log' if logged else 'nolog'}"]
+                    base_url = baseline[0].replace(nl if logged else n, url, 1)
+                    pids = [proc.pid] + children(proc.pid)
+                    extra.append((peer, (base_url, pids, baseline[2], baseline[3])))
+            for label, target in (("nginx", baseline), ("musicd", contender), ("baseline", previous), *extra):
                 if target is None:
                     continue
                 url, pids, script, paths = target
@@ -358,6 +406,25 @@ http {{
                 f"| {name} | {conns} | {med(old, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | "
                 f"{med(m, 'rps') / med(old, 'rps'):.2f} | {med(old, 'p99'):.2f} / {med(m, 'p99'):.2f} | "
                 f"{med(old, 'cpu_us_req'):.1f} / {med(m, 'cpu_us_req'):.1f} |")
+    if any(runs["h2o"] for _, _, runs in rows):
+        lines += ["", "Against every peer (same run, alternated; ratio = musicd / the best peer):", "",
+                  "| cell | conns | nginx | h2o | lighttpd | musicd | musicd / best | CPU µs/req nginx / h2o / lighttpd / musicd | p99 ms nginx / h2o / lighttpd / musicd |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for name, conns, runs in rows:
+            if not runs["h2o"]:
+                continue
+            servers = ["nginx", "h2o", "lighttpd", "musicd"]
+            rps = {s: med(runs[s], "rps") for s in servers}
+            best = max(rps[s] for s in servers[:3])
+            big = "4 MiB" in name
+            fmt = (lambda v: f"{v * 1e-3:,.2f} GB/s") if big else (lambda v: f"{v:,.0f}")
+            value = (lambda s: med(runs[s], "mbps")) if big else (lambda s: rps[s])
+            best_value = max(value(s) for s in servers[:3])
+            lines.append(
+                f"| {name} | {conns} | " + " | ".join(fmt(value(s)) for s in servers) +
+                f" | {value('musicd') / best_value:.2f} | " +
+                " / ".join(f"{med(runs[s], 'cpu_us_req'):.1f}" for s in servers) + " | " +
+                " / ".join(f"{med(runs[s], 'p99'):.2f}" for s in servers) + " |")
     by_name = {(name, conns): runs for name, conns, runs in rows}
     for plain, logged in [(("4 KiB file", 100), ("4 KiB file, access logs on", 100)),
                           (("1,000 files of 2-8 KiB", 100), ("1,000 files of 2-8 KiB, access logs on", 100))]:
