@@ -8,25 +8,19 @@ use std::path::PathBuf;
 
 use crate::harness::nginx::Nginx;
 use crate::harness::varnish::Varnish;
-use crate::harness::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, fetch_with, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
+/// Status, `X-Cache` and body.
 async fn get(url: &str, headers: &[(&str, &str)]) -> (StatusCode, String, Vec<u8>) {
-    let mut request = client().get(url);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.expect("GET");
-    let status = response.status();
-    let cache = response
-        .headers()
+    let (status, headers, body) = fetch_with(url, headers).await;
+    let cache = headers
         .get("x-cache")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_string();
-    let body = response.bytes().await.expect("body").to_vec();
-    (status, cache, body)
+    (status, cache, body.to_vec())
 }
 
 /// The checks both topologies pass, `front` being varnish's URL maker.

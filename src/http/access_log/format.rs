@@ -162,21 +162,19 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
 
 /// Seconds with millisecond precision, like nginx's `$request_time`.
 fn seconds(out: &mut Vec<u8>, duration: Duration) {
-    let millis = duration.as_millis();
-    out.extend_from_slice(itoa::Buffer::new().format(millis / 1000).as_bytes());
-    out.push(b'.');
-    let rest = (millis % 1000) as u16;
-    out.push(b'0' + (rest / 100) as u8);
-    out.push(b'0' + (rest / 10 % 10) as u8);
-    out.push(b'0' + (rest % 10) as u8);
+    thousandths(out, duration.as_millis());
 }
 
 /// Milliseconds with microsecond precision.
 fn millis(out: &mut Vec<u8>, duration: Duration) {
-    let micros = duration.as_micros();
-    out.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
+    thousandths(out, duration.as_micros());
+}
+
+/// `units` / 1000 with three decimals.
+fn thousandths(out: &mut Vec<u8>, units: u128) {
+    out.extend_from_slice(itoa::Buffer::new().format(units / 1000).as_bytes());
     out.push(b'.');
-    let rest = (micros % 1000) as u16;
+    let rest = (units % 1000) as u16;
     out.push(b'0' + (rest / 100) as u8);
     out.push(b'0' + (rest / 10 % 10) as u8);
     out.push(b'0' + (rest % 10) as u8);

@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use super::conn::LINGER;
+use super::conn::staged_close;
 use super::framing::{self, ResponseHead};
 use super::request_id::RequestId;
 use crate::http::answer::{Answer, Payload};
@@ -58,21 +58,7 @@ pub async fn refuse_over_cap(mut stream: TcpStream) {
     if !matches!(written, Ok(Ok(()))) {
         return;
     }
-    let _ = stream.shutdown().await;
-    let mut sink = [0u8; 1024];
-    let deadline = tokio::time::Instant::now() + LINGER;
-    let mut drained = 0usize;
-    while drained < 64 * 1024 {
-        match tokio::time::timeout_at(
-            deadline,
-            tokio::io::AsyncReadExt::read(&mut stream, &mut sink),
-        )
-        .await
-        {
-            Ok(Ok(n)) if n > 0 => drained += n,
-            _ => return,
-        }
-    }
+    staged_close(&mut stream, &mut BytesMut::new(), 64 * 1024).await;
 }
 
 #[cfg(test)]

@@ -510,24 +510,30 @@ impl Connection {
     /// unread input makes the kernel send a reset, which can destroy the answer before the
     /// client has read it.
     async fn linger(&mut self) {
-        let _ = self.stream.shutdown().await;
-        let deadline = Instant::now() + LINGER;
-        let mut drained = 0usize;
-        while drained < LINGER_BYTES {
-            let read = tokio::time::timeout_at(deadline, self.stream.readable()).await;
-            if !matches!(read, Ok(Ok(()))) {
-                return;
-            }
-            // The input buffer, not an array: a buffer held across an await would sit in
-            // every connection's future.
-            self.input.clear();
-            self.input.reserve(READ_CHUNK);
-            match self.stream.try_read_buf(&mut self.input) {
-                Ok(0) => return,
-                Ok(n) => drained += n,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
+        // The input buffer, not an array: a buffer held across an await would sit in every
+        // connection's future.
+        staged_close(&mut self.stream, &mut self.input, LINGER_BYTES).await;
+    }
+}
+
+/// Half-closes `stream` and reads (into `buffer`, dropped) what the client still sends,
+/// for at most [`LINGER`] and `limit` bytes, so the close does not reset an answer away.
+pub(super) async fn staged_close(stream: &mut TcpStream, buffer: &mut BytesMut, limit: usize) {
+    let _ = stream.shutdown().await;
+    let deadline = Instant::now() + LINGER;
+    let mut drained = 0usize;
+    while drained < limit {
+        let read = tokio::time::timeout_at(deadline, stream.readable()).await;
+        if !matches!(read, Ok(Ok(()))) {
+            return;
+        }
+        buffer.clear();
+        buffer.reserve(READ_CHUNK);
+        match stream.try_read_buf(buffer) {
+            Ok(0) => return,
+            Ok(n) => drained += n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
         }
     }
 }
