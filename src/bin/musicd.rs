@@ -9,20 +9,17 @@ use clap::{CommandFactory, Parser, Subcommand};
 // thread-local free lists make those allocations nearly free.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use musicd::config::{Config, Sources};
+use musicd::cli::{ConfigArgs, Describe};
+use musicd::config::Config;
 use musicd::daemon::control::{self, Started, Stopped};
 use musicd::daemon::{self, RunOptions};
 
 /// Serve a music catalogue over HTTP by MongoDB ObjectId, cached in Redis.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(name = "musicd", version)]
 struct Cli {
-    /// Configuration file (TOML).
-    #[arg(long, short, global = true, env = "MUSICD_CONFIG")]
-    config: Option<PathBuf>,
-    /// Override a configuration key, e.g. `--set redis.url=redis://127.0.0.1:6380` (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
-    overrides: Vec<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
     /// Listen address (overrides `listen`).
     #[arg(long, global = true)]
     listen: Option<String>,
@@ -56,36 +53,21 @@ enum Command {
     },
     /// Check the configuration and print it.
     CheckConfig,
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
-    Completions {
-        /// The shell.
-        shell: clap_complete::Shell,
-    },
-    /// Print the man page (roff), e.g. `musicd man > musicd.1`.
-    Man,
+    #[command(flatten)]
+    Describe(Describe),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Neither needs a configuration: they describe the command line itself.
-    match cli.command {
-        Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "musicd", &mut std::io::stdout());
-            return ExitCode::SUCCESS;
-        }
-        Command::Man => {
-            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => fail(&err),
-            };
-        }
-        _ => {}
+    if let Command::Describe(describe) = &cli.command {
+        return match describe.run(Cli::command()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => fail(&err),
+        };
     }
-    let mut overrides = cli.overrides;
-    if let Some(listen) = cli.listen {
-        overrides.push(format!("listen=\"{listen}\""));
-    }
-    let sources = Sources::from_process(cli.config, overrides);
+    let listen = cli.listen.map(|listen| format!("listen=\"{listen}\""));
+    let sources = cli.config.sources(listen);
     let loaded = match cli.command {
         Command::Stop | Command::Status { .. } => Config::load_for_control(&sources),
         _ => Config::load(&sources),
@@ -144,10 +126,14 @@ fn main() -> ExitCode {
             ExitCode::from(status.exit_code())
         }
         Command::CheckConfig => {
-            println!("{config:#?}");
-            ExitCode::SUCCESS
+            use std::io::Write;
+            // `musicd check-config | head` is fine: a closed pipe is not a config error.
+            match writeln!(std::io::stdout(), "{config:#?}") {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => fail(&e),
+                _ => ExitCode::SUCCESS,
+            }
         }
-        Command::Completions { .. } | Command::Man => ExitCode::SUCCESS,
+        Command::Describe(_) => ExitCode::SUCCESS,
     }
 }
 

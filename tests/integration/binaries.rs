@@ -423,9 +423,9 @@ fn common_sh(command: &std::process::Command) -> std::process::Command {
 fn completions_and_man_pages_describe_the_commands() {
     for (binary, subcommand) in [("musicd", "restart"), ("musicctl", "purge")] {
         for (shell, marker) in [
-            ("bash", "complete -F"),
-            ("zsh", "#compdef"),
-            ("fish", "complete -c"),
+            ("bash", format!("complete -F _{binary} ")),
+            ("zsh", format!("#compdef {binary}\n")),
+            ("fish", format!("complete -c {binary} ")),
         ] {
             let output = crate::harness::clean_command(binary)
                 .args(["completions", shell])
@@ -433,7 +433,7 @@ fn completions_and_man_pages_describe_the_commands() {
                 .expect("run");
             assert!(output.status.success(), "{binary} completions {shell}");
             let text = String::from_utf8_lossy(&output.stdout);
-            assert!(text.contains(marker), "{binary} {shell}: {text}");
+            assert!(text.contains(&marker), "{binary} {shell}: {text}");
             assert!(
                 text.contains(subcommand),
                 "{binary} {shell} lacks {subcommand}"
@@ -445,8 +445,25 @@ fn completions_and_man_pages_describe_the_commands() {
             .expect("run");
         assert!(man.status.success());
         let text = String::from_utf8_lossy(&man.stdout);
-        assert!(text.starts_with(".ie") || text.contains(".TH"), "{text}");
+        assert!(text.contains(&format!(".TH {binary} 1 ")), "{text}");
         assert!(text.contains(subcommand), "{binary} man lacks {subcommand}");
+
+        // `musicctl completions bash | head` : a reader that goes away is no crash.
+        for args in [&["completions", "bash"][..], &["man"][..]] {
+            let mut child = crate::harness::clean_command(binary)
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            drop(child.stdout.take());
+            let output = child.wait_with_output().expect("wait");
+            assert!(
+                output.status.success() && output.stderr.is_empty(),
+                "{binary} {args:?} into a closed pipe: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
     }
 }
 

@@ -18,10 +18,8 @@ fn deploy(name: &str) -> String {
 fn systemd_analyze_verify_accepts_the_units() {
     let dir = crate::harness::tempdir();
     // verify checks that ExecStart exists: point it at the binary this test built.
-    let service = deploy("musicd.service").replace(
-        "/usr/local/bin/musicd",
-        &bin("musicd").display().to_string(),
-    );
+    let service =
+        deploy("musicd.service").replace("/usr/bin/musicd", &bin("musicd").display().to_string());
     std::fs::write(dir.path().join("musicd.service"), service).expect("write");
     std::fs::write(dir.path().join("musicd.socket"), deploy("musicd.socket")).expect("write");
     let output = Command::new("systemd-analyze")

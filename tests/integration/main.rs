@@ -16,6 +16,7 @@ mod health_reindex;
 mod http_contract;
 mod limits;
 mod nginx;
+mod package;
 mod purge;
 mod resolver_faults;
 mod supervisor;
