@@ -26,11 +26,25 @@ if ! alive "$var/redis.pid"; then
     --pidfile "$var/redis.pid" --dir "$var/redis" --logfile "$var/log/redis.log" \
     --save "" --appendonly no
 fi
-if ! alive "$var/mongod.pid"; then
-  echo "== starting mongod on 127.0.0.1:$mongo_port"
+start_mongod() {
+  echo "== starting mongod on 127.0.0.1:$mongo_port (a single-node replica set, for the change stream)"
   "$root/.tools/bin/mongod" --fork --dbpath "$var/mongo" --port "$mongo_port" \
-    --bind_ip 127.0.0.1 --logpath "$var/log/mongod.log" --logappend \
+    --bind_ip 127.0.0.1 --logpath "$var/log/mongod.log" --logappend --replSet rs0 \
     --pidfilepath "$var/mongod.pid" --wiredTigerCacheSizeGB 0.25 >/dev/null
+}
+alive "$var/mongod.pid" || start_mongod
+# Initiate the replica set (once) and wait for it to be primary. A mongod left running
+# by an older quickstart without --replSet is restarted with it (exit 3).
+replica_set() { cargo run --quiet --release --locked --example replica_set -- "127.0.0.1:$mongo_port"; }
+status=0
+replica_set || status=$?
+if [ "$status" -eq 3 ]; then
+  kill "$(cat "$var/mongod.pid")"
+  while alive "$var/mongod.pid"; do sleep 0.2; done
+  start_mongod
+  replica_set
+elif [ "$status" -ne 0 ]; then
+  exit "$status"
 fi
 for _ in $(seq 100); do
   redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
@@ -58,7 +72,7 @@ media_roots = ["$var/music"]
 serve_mode = "direct"
 
 [mongodb]
-uri = "mongodb://127.0.0.1:$mongo_port"
+uri = "mongodb://127.0.0.1:$mongo_port/?replicaSet=rs0"
 database = "musicdb"
 collection = "tracks"
 

@@ -30,3 +30,4 @@ pub mod http;
 pub mod media;
 pub mod redis_link;
 pub mod signing;
+pub mod watch;

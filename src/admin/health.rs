@@ -1,8 +1,9 @@
 //! `musicctl health`: is everything musicd needs there? A probe for Nagios/Kubernetes.
 //!
-//! Four checks: Redis (PING and its latency), MongoDB (ping, and the tracks collection
-//! exists), the daemon (`/readyz` at the configured listen address) and the media roots
-//! (each readable). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd
+//! Five checks: Redis (PING and its latency), MongoDB (ping, and the tracks collection
+//! exists), the daemon (`/readyz` at the configured listen address), the media roots
+//! (each readable) and the change-stream follower (who holds the lease in Redis, how old
+//! the last applied change is). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd
 //! still serves every track but something is off (Redis down: it serves from MongoDB; a
 //! media root unreadable while others are fine); `down` (2) when tracks cannot be served
 //! (MongoDB down or the collection missing, the daemon not answering or not ready, no
@@ -98,10 +99,56 @@ pub async fn health(backends: &Backends, listen: SocketAddr) -> HealthReport {
             detail: e.to_string(),
         });
     let media = check_media(backends);
-    let checks = vec![redis, mongodb, daemon, media];
+    let watch = check_watch(backends).await;
+    let checks = vec![redis, mongodb, daemon, media, watch];
     HealthReport {
         status: checks.iter().map(|c| c.state).max().unwrap_or(Verdict::Ok),
         checks,
+    }
+}
+
+/// The follower: `ok` while one holds the lease, or when none ever followed (MongoDB not
+/// a replica set, `watch = "off"`); `degraded` when the index was followed and no process
+/// follows now (changes then wait for the TTL or a purge).
+async fn check_watch(backends: &Backends) -> Check {
+    let check = |state, detail: String| Check {
+        name: "watch".into(),
+        state,
+        latency_ms: None,
+        detail,
+    };
+    let last = |position: &Option<crate::watch::lease::Position>| match position
+        .as_ref()
+        .and_then(|p| p.last_event_ms)
+    {
+        Some(ms) => {
+            let ago = (crate::watch::now_ms() - ms).max(0) as f64 / 1000.0;
+            format!(", last change applied {ago:.1} s ago")
+        }
+        None => String::new(),
+    };
+    match crate::watch::lease::inspect(backends.cache.link(), backends.cache.prefix()).await {
+        Ok((Some(holder), position)) => check(
+            Verdict::Ok,
+            format!(
+                "followed by {} (lease {} ms left){}",
+                holder.owner,
+                holder.remaining_ms,
+                last(&position)
+            ),
+        ),
+        Ok((None, None)) => check(
+            Verdict::Ok,
+            "not followed (MongoDB not a replica set, or watch = \"off\")".into(),
+        ),
+        Ok((None, position)) => check(
+            Verdict::Degraded,
+            format!(
+                "no process follows the change stream now{}",
+                last(&position)
+            ),
+        ),
+        Err(err) => check(Verdict::Degraded, format!("lease unreadable: {err}")),
     }
 }
 

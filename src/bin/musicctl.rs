@@ -126,6 +126,10 @@ enum Command {
     },
     #[command(flatten)]
     Describe(Describe),
+    /// Follow MongoDB's change stream in the foreground and keep the Redis index current
+    /// (what musicd does by itself unless `mongodb.watch = "off"`); stops on SIGINT/SIGTERM.
+    /// Takes part in the same lease as the daemons: one follower at a time.
+    Watch,
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -269,6 +273,17 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Command::Sign { .. } | Command::Describe(_) => {
                 unreachable!("answered before the runtime starts")
+            }
+            Command::Watch => {
+                musicd::daemon::init_logging("info");
+                let mut config = config.clone();
+                // Asked for explicitly: follow whatever the config says for the daemons.
+                config.mongodb.watch = musicd::config::WatchMode::On;
+                let status = std::sync::Arc::default();
+                let follower = musicd::watch::Follower::new(&config, status).await?;
+                tracing::info!(owner = follower.owner(), "musicctl watch: following (or standing by)");
+                follower.run(musicd::daemon::stop_signal()).await;
+                Ok(ExitCode::SUCCESS)
             }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;

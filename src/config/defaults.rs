@@ -21,6 +21,10 @@ pub const MONGODB_DATABASE: &str = "musicdb";
 pub const MONGODB_COLLECTION: &str = "tracks";
 /// Default of `mongodb.timeout_ms`.
 pub const MONGODB_TIMEOUT_MS: u64 = 2000;
+/// Default of `mongodb.watch`.
+pub const MONGODB_WATCH: &str = "auto";
+/// Default of `mongodb.watch_lease_ms`: how long a dead follower blocks a successor.
+pub const MONGODB_WATCH_LEASE_MS: u64 = 10_000;
 /// Default of `redis.ttl_secs`.
 pub const REDIS_TTL_SECS: u64 = 86_400;
 /// Default of `redis.negative_ttl_secs`.

@@ -260,6 +260,22 @@ pub struct MongoConfig {
     pub path_field: String,
     /// How long to wait for a usable server before a lookup fails (then 503).
     pub timeout: Duration,
+    /// Whether to follow the collection's change stream (`crate::watch`).
+    pub watch: WatchMode,
+    /// The follower's lease in Redis: a successor takes over at most this long after the
+    /// follower dies.
+    pub watch_lease: Duration,
+}
+
+/// `mongodb.watch`: whether this process follows the change stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchMode {
+    /// Follow when MongoDB is a replica set (change streams need one), else stay off.
+    Auto,
+    /// Follow; keep retrying (and saying why) while MongoDB is not a replica set.
+    On,
+    /// Never follow (another process, e.g. `musicctl watch`, does it).
+    Off,
 }
 
 /// Where Redis is.

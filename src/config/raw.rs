@@ -127,6 +127,8 @@ pub(super) struct RawMongo {
     pub(super) collection: Option<String>,
     pub(super) path_field: Option<String>,
     pub(super) timeout_ms: Option<u64>,
+    pub(super) watch: Option<String>,
+    pub(super) watch_lease_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

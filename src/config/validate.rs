@@ -94,7 +94,27 @@ impl RawConfig {
                 .unwrap_or_else(|| MONGODB_COLLECTION.into()),
             path_field,
             timeout: Duration::from_millis(mongo.timeout_ms.unwrap_or(MONGODB_TIMEOUT_MS).max(1)),
+            watch: match mongo.watch.as_deref().unwrap_or(MONGODB_WATCH) {
+                "auto" => WatchMode::Auto,
+                "on" => WatchMode::On,
+                "off" => WatchMode::Off,
+                other => {
+                    return Err(err_at(
+                        "mongodb.watch",
+                        format!("`{other}`: must be \"auto\", \"on\" or \"off\""),
+                    ));
+                }
+            },
+            watch_lease: Duration::from_millis(
+                mongo.watch_lease_ms.unwrap_or(MONGODB_WATCH_LEASE_MS),
+            ),
         };
+        if mongodb.watch_lease < Duration::from_millis(300) {
+            return Err(err_at(
+                "mongodb.watch_lease_ms",
+                "must be at least 300 (it is renewed every third of it)".into(),
+            ));
+        }
         if !mongodb.uri.starts_with("mongodb://") && !mongodb.uri.starts_with("mongodb+srv://") {
             return Err(err_at(
                 "mongodb.uri",

@@ -345,6 +345,23 @@ pub async fn serve(
         }
         None => None,
     };
+    // The change-stream follower (or standby) runs on this loop beside the accept loop.
+    let follower = if config.mongodb.watch == crate::config::WatchMode::Off {
+        None
+    } else {
+        match crate::watch::Follower::new(config, Arc::clone(&app.state.watch)).await {
+            Ok(follower) => {
+                let mut stop = stop_rx.clone();
+                Some(tokio::spawn(follower.run(async move {
+                    let _ = stop.wait_for(|stopping| *stopping).await;
+                })))
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "the change-stream follower cannot start");
+                None
+            }
+        }
+    };
     let mut loops = Vec::new();
     for index in 1..config.worker_threads {
         let listener = std_listener_clone(&listener)?;
@@ -378,6 +395,13 @@ pub async fn serve(
             Ok(Ok(())) => {}
             Ok(Err(err)) => tracing::warn!(error = %err, "the ops listener failed"),
             Err(_) => tracing::warn!("the ops listener panicked"),
+        }
+    }
+    if let Some(follower) = follower {
+        // It gives its lease up (one Redis round trip) so a standby takes over at once.
+        let bound = config.redis.timeout * 4 + Duration::from_millis(100);
+        if tokio::time::timeout(bound, follower).await.is_err() {
+            tracing::warn!("the change-stream follower did not stop in time");
         }
     }
     // The other loops may still be draining and need this loop's Redis/MongoDB tasks.

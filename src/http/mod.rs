@@ -70,6 +70,8 @@ pub struct AppState {
     pub access_log: Option<Arc<access_log::AccessLog>>,
     /// Signed links and CORS.
     pub access: Arc<access::AccessRules>,
+    /// The change-stream follower's state, for `/readyz` and `/metrics`.
+    pub watch: Arc<crate::watch::WatchStatus>,
 }
 
 impl AppState {
@@ -101,6 +103,7 @@ impl AppState {
             access_log: access_log::AccessLog::open(&config.access_log)
                 .map_err(ServerError::AccessLog)?,
             access: Arc::new(access::AccessRules::from_config(config)),
+            watch: Arc::default(),
         })
     }
 }

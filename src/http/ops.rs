@@ -78,7 +78,10 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (code, Json(readiness.to_json())).into_response()
+    let mut body = readiness.to_json();
+    // Shown, not judged: a standby or a stopped follower does not make serving unready.
+    body["watch"] = state.watch.to_json();
+    (code, Json(body)).into_response()
 }
 
 fn check(result: &Result<Duration, String>) -> serde_json::Value {
@@ -90,11 +93,12 @@ fn check(result: &Result<Duration, String>) -> serde_json::Value {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(
+    let mut text = state.metrics.render(
         state.resolver.cache().link().errors(),
         state.files.cache.used_bytes(),
         state.resolver.local_len(),
     );
+    state.watch.render_metrics(&mut text);
     (
         [(
             axum::http::header::CONTENT_TYPE,

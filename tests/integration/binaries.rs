@@ -1,81 +1,13 @@
 //! The binaries as an operator runs them: `musicd run` with a config file (access log,
 //! graceful stop, config errors) and `musicctl import` / `resolve`.
 
-use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::harness::daemon::Daemon;
 use crate::harness::{TestEnv, client, free_port, pattern};
 use mongodb::bson::{Bson, doc};
 use reqwest::StatusCode;
-
-/// A `musicd run` child process with its stderr captured to a file.
-struct Daemon {
-    child: std::process::Child,
-    log: std::path::PathBuf,
-    base: String,
-}
-
-impl Daemon {
-    async fn start(env: &TestEnv) -> Daemon {
-        let port = free_port();
-        let log = env.dir.path().join("musicd.stderr");
-        let stderr = std::fs::File::create(&log).expect("log file");
-        let mut command = env.command("musicd");
-        command
-            .arg("run")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(stderr);
-        let child = crate::harness::spawn(command);
-        let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = client().get(format!("{base}/healthz")).send().await
-                && r.status() == StatusCode::OK
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "musicd did not come up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Daemon { child, log, base }
-    }
-
-    fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) with a pid we spawned and still own; no memory is involved.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-    }
-
-    fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
-    fn log_text(&self) -> String {
-        let mut text = String::new();
-        std::fs::File::open(&self.log)
-            .and_then(|mut f| f.read_to_string(&mut text))
-            .expect("read log");
-        text
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {

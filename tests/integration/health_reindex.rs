@@ -1,7 +1,7 @@
 //! `musicctl health` exit codes against real outages, `musicctl reindex` (and `--prune`) on
 //! 100,000 documents, and both over a Redis Cluster and a MongoDB replica set.
 
-use crate::harness::{RedisCluster, Server, TestEnv, mongo_replica_set, shared_mongo};
+use crate::harness::{RedisCluster, ReplicaSet, Server, TestEnv, shared_mongo};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Document, doc};
 use redis::AsyncCommands;
@@ -209,8 +209,8 @@ async fn reindex_of_100k_documents_counts_every_kind_and_prune_removes_stale_ent
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set() {
     let cluster = RedisCluster::start();
-    let replica_set = mongo_replica_set().await;
-    let uri = format!("mongodb://127.0.0.1:{}/?replicaSet=rs0", replica_set.port);
+    let replica_set = ReplicaSet::start(1).await;
+    let uri = replica_set.uri();
     let env = TestEnv::with_cluster(&cluster.urls(), &uri, &[]).await;
     let mut ids = Vec::new();
     for i in 0..50 {

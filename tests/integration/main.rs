@@ -21,4 +21,5 @@ mod purge;
 mod resolver_faults;
 mod supervisor;
 mod varnish;
+mod watch;
 mod wire;

@@ -204,7 +204,72 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Starts three cluster-enabled servers and joins them (`redis-cli --cluster create`).
     pub fn start() -> RedisCluster {
-        let nodes: Vec<Server> = (0..3)
+        RedisCluster::start_nodes(3, 0)
+    }
+
+    /// Three masters with a replica each (six servers), for failover.
+    pub fn start_with_replicas() -> RedisCluster {
+        let cluster = RedisCluster::start_nodes(6, 1);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cluster
+            .roles()
+            .iter()
+            .filter(|r| r.as_str() == "slave")
+            .count()
+            < 3
+        {
+            assert!(Instant::now() < deadline, "replicas never attached");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    fn cli(port: u16, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .arg("-p")
+            .arg(port.to_string())
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Each node's role (`master` or `slave`, as `ROLE` says), in node order.
+    pub fn roles(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                RedisCluster::cli(n.port, &["role"])
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// Promotes a replica with `CLUSTER FAILOVER` (its master hands over without losing
+    /// a write) and waits until it is master; its port.
+    pub fn fail_over_one_master(&self) -> u16 {
+        let replica = self
+            .nodes
+            .iter()
+            .zip(self.roles())
+            .find(|(_, role)| role == "slave")
+            .map(|(n, _)| n.port)
+            .expect("a replica");
+        let answer = RedisCluster::cli(replica, &["cluster", "failover"]);
+        assert!(answer.contains("OK"), "CLUSTER FAILOVER: {answer}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while RedisCluster::cli(replica, &["role"]).lines().next() != Some("master") {
+            assert!(Instant::now() < deadline, "the replica was never promoted");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        replica
+    }
+
+    fn start_nodes(count: usize, replicas: usize) -> RedisCluster {
+        let nodes: Vec<Server> = (0..count)
             .map(|_| Server::start(Kind::ClusterNode, tempdir()))
             .collect();
         let mut create = Command::new("redis-cli");
@@ -213,7 +278,7 @@ impl RedisCluster {
             create.arg(format!("127.0.0.1:{}", node.port));
         }
         let output = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -261,31 +326,158 @@ impl RedisCluster {
     }
 }
 
-/// A single-node MongoDB replica set (`rs0`), initiated and primary.
-pub async fn mongo_replica_set() -> Server {
-    let server = tokio::task::block_in_place(|| Server::start(Kind::ReplicaSet, tempdir()));
-    let direct = format!("mongodb://127.0.0.1:{}/?directConnection=true", server.port);
-    {
-        let client = mongodb::Client::with_uri_str(&direct)
+/// A MongoDB replica set (`rs0`) of mongods on loopback, initiated, with a primary.
+pub struct ReplicaSet {
+    /// The members, in member-id order.
+    pub members: Vec<Server>,
+}
+
+impl ReplicaSet {
+    /// Starts `count` members and initiates the set. Elections are tuned for tests
+    /// (`electionTimeoutMillis` 2 s, heartbeats every 500 ms) so a lost primary is replaced
+    /// in seconds, not the production 10 s.
+    pub async fn start(count: usize) -> ReplicaSet {
+        ReplicaSet::start_in(count, tempdir).await
+    }
+
+    async fn start_in(count: usize, dir: fn() -> tempfile::TempDir) -> ReplicaSet {
+        let members: Vec<Server> = tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                let starting: Vec<_> = (0..count)
+                    .map(|_| scope.spawn(|| Server::start(Kind::ReplicaSet, dir())))
+                    .collect();
+                starting
+                    .into_iter()
+                    .map(|s| s.join().expect("mongod started"))
+                    .collect()
+            })
+        });
+        let set = ReplicaSet { members };
+        let hosts: Vec<_> = set
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| doc! { "_id": i as i32, "host": format!("127.0.0.1:{}", m.port) })
+            .collect();
+        let config = doc! {
+            "_id": "rs0",
+            "members": hosts,
+            "settings": { "electionTimeoutMillis": 2000, "heartbeatIntervalMillis": 500 },
+        };
+        set.direct(0)
             .await
-            .expect("client");
-        let admin = client.database("admin");
-        let config = doc! { "_id": "rs0", "members": [ { "_id": 0, "host": format!("127.0.0.1:{}", server.port) } ] };
-        admin
+            .database("admin")
             .run_command(doc! { "replSetInitiate": config })
             .await
             .expect("replSetInitiate");
         let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let hello = admin.run_command(doc! { "hello": 1 }).await.expect("hello");
-            if hello.get_bool("isWritablePrimary").unwrap_or(false) {
-                break;
-            }
+        while set.primary().await.is_none() {
             assert!(Instant::now() < deadline, "replica set never got a primary");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Every member must be readable as a secondary before a test takes one away.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        'members: loop {
+            for i in 0..set.members.len() {
+                let hello = set.hello(i).await;
+                let ok = hello.as_ref().is_some_and(|h| {
+                    h.get_bool("isWritablePrimary").unwrap_or(false)
+                        || h.get_bool("secondary").unwrap_or(false)
+                });
+                if !ok {
+                    assert!(Instant::now() < deadline, "member {i} never joined");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue 'members;
+                }
+            }
+            break;
+        }
+        set
     }
-    server
+
+    /// The connection string clients use (`?replicaSet=rs0`, every member as a seed).
+    pub fn uri(&self) -> String {
+        let hosts: Vec<_> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.port))
+            .collect();
+        format!("mongodb://{}/?replicaSet=rs0", hosts.join(","))
+    }
+
+    async fn direct(&self, member: usize) -> mongodb::Client {
+        let uri = format!(
+            "mongodb://127.0.0.1:{}/?directConnection=true&serverSelectionTimeoutMS=2000",
+            self.members[member].port
+        );
+        mongodb::Client::with_uri_str(&uri).await.expect("client")
+    }
+
+    async fn hello(&self, member: usize) -> Option<mongodb::bson::Document> {
+        self.direct(member)
+            .await
+            .database("admin")
+            .run_command(doc! { "hello": 1 })
+            .await
+            .ok()
+    }
+
+    /// The member that is primary now, if any.
+    pub async fn primary(&self) -> Option<usize> {
+        for i in 0..self.members.len() {
+            if let Some(hello) = self.hello(i).await
+                && hello.get_bool("isWritablePrimary").unwrap_or(false)
+            {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// Waits (up to 30 s) for a primary that is not `old`; its index.
+    pub async fn wait_for_primary_other_than(&self, old: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.primary().await {
+                Some(p) if p != old => return p,
+                _ => {}
+            }
+            assert!(Instant::now() < deadline, "no new primary");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `replSetStepDown` on the primary: it steps down at once (after a secondary caught
+    /// up) and may not be re-elected for `seconds`; returns the member that stepped down.
+    pub async fn step_down(&self, seconds: i32) -> usize {
+        let primary = self.primary().await.expect("a primary to step down");
+        // The server closes the connection as it steps down: the error is expected.
+        let _ = self
+            .direct(primary)
+            .await
+            .database("admin")
+            .run_command(doc! { "replSetStepDown": seconds, "secondaryCatchUpPeriodSecs": 5 })
+            .await;
+        primary
+    }
+}
+
+/// A single-node replica set shared by the tests of this process that need a change
+/// stream (each uses its own database and key prefix).
+pub fn shared_replica_set() -> &'static ReplicaSet {
+    static SET: LazyLock<ReplicaSet> = LazyLock::new(|| {
+        std::thread::spawn(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(ReplicaSet::start_in(1, shared_tempdir))
+        })
+        .join()
+        .expect("replica set started")
+    });
+    &SET
 }
 
 /// Redis shared by the tests of this process (each uses its own key prefix).

@@ -8,6 +8,7 @@
 
 pub mod backends;
 pub mod corpus;
+pub mod daemon;
 pub mod env;
 pub mod http;
 pub mod load;

@@ -1,0 +1,523 @@
+//! The index keeps itself current: one process follows the tracks collection's change
+//! stream and writes what changed into Redis.
+//!
+//! Why a module of its own and not part of [`crate::catalog`]: the follower is a background
+//! job that uses the catalogue's clients *and* the rebuild of `musicctl reindex --prune`
+//! ([`crate::admin::reindex`]); the request path never calls it.
+//!
+//! How it works:
+//! * **One follower per index.** Every musicd (and `musicctl watch`) runs a [`Follower`];
+//!   the one that takes the lease ([`lease`]) follows, the others stand by and try again
+//!   every third of the lease. A follower renews its lease every third of it, and gives it
+//!   up on a clean stop, so a standby takes over at once; after a crash, within the lease.
+//! * **No change lost, none out of order.** The resume token is saved in Redis next to the
+//!   lease (only by the lease holder) after the changes before it were written, at most
+//!   every [`SAVE_EVERY`] and on stop. A successor resumes from it, so changes are applied
+//!   at least once and in the stream's order; applying one twice is harmless (each write
+//!   states the document's state at that point of the stream).
+//! * **What each event does** is [`change::index_change`]. A dropped or renamed collection,
+//!   an `invalidate` or a resume point MongoDB no longer has (`ChangeStreamHistoryLost`)
+//!   make it rebuild the index with `reindex --prune`. The stream is opened first and
+//!   read only after the rebuild, so a change made during the rebuild is applied after it.
+//! * **Failures.** MongoDB down or electing: the driver resumes the stream on the new
+//!   primary once; past that the follower reopens it from the saved token every second.
+//!   Redis down: the follower stops applying (the token is not advanced), loses its lease
+//!   and starts over when Redis is back, replaying from the token.
+//!
+//! Every process's in-process id cache (1 s) still sits in front of Redis, so a change
+//! reaches every musicd within that second after the follower wrote it.
+
+pub mod change;
+pub mod lease;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mongodb::bson::{Document, doc};
+use mongodb::change_stream::ChangeStream;
+use mongodb::change_stream::event::ChangeStreamEvent;
+use serde_json::json;
+
+use crate::admin::reindex::{self, ReindexOptions};
+use crate::catalog::backends::Backends;
+use crate::config::{Config, WatchMode};
+use change::{IndexChange, OPERATIONS};
+use lease::{Lease, Position};
+
+/// How often the resume point is saved while changes flow (and whenever the stream is
+/// idle). A successor replays at most this much.
+pub const SAVE_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a `getMore` waits for new changes: the loop's heartbeat.
+const AWAIT: Duration = Duration::from_millis(500);
+
+/// Pause before trying again after MongoDB or Redis failed.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// `ChangeStreamHistoryLost`: the resume point fell off the oplog.
+const HISTORY_LOST: i32 = 286;
+
+/// What the follower of this process is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WatchState {
+    /// Not following, by configuration or because MongoDB is not a replica set.
+    Off = 0,
+    /// Waiting for MongoDB or Redis to answer.
+    Waiting = 1,
+    /// Another process holds the lease.
+    Standby = 2,
+    /// This process follows the stream.
+    Following = 3,
+    /// Rebuilding the index (and following right after).
+    Rebuilding = 4,
+}
+
+impl WatchState {
+    /// Its name in `/readyz` and `health`.
+    pub fn label(self) -> &'static str {
+        match self {
+            WatchState::Off => "off",
+            WatchState::Waiting => "waiting",
+            WatchState::Standby => "standby",
+            WatchState::Following => "following",
+            WatchState::Rebuilding => "rebuilding",
+        }
+    }
+
+    fn from_u8(value: u8) -> WatchState {
+        match value {
+            1 => WatchState::Waiting,
+            2 => WatchState::Standby,
+            3 => WatchState::Following,
+            4 => WatchState::Rebuilding,
+            _ => WatchState::Off,
+        }
+    }
+}
+
+/// The follower's state and counters, shared with `/metrics` and `/readyz`.
+#[derive(Debug, Default)]
+pub struct WatchStatus {
+    state: AtomicU8,
+    events: [AtomicU64; OPERATIONS.len()],
+    rebuilds: AtomicU64,
+    /// Cluster time of the last event applied, ms since the epoch (0: none yet).
+    last_event_ms: AtomicI64,
+    reason: std::sync::Mutex<String>,
+}
+
+impl WatchStatus {
+    /// The current state.
+    pub fn state(&self) -> WatchState {
+        WatchState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    fn set(&self, state: WatchState, reason: &str) {
+        let previous = WatchState::from_u8(self.state.swap(state as u8, Ordering::Relaxed));
+        if let Ok(mut current) = self.reason.lock()
+            && (previous != state || *current != reason)
+        {
+            reason.clone_into(&mut current);
+            if previous != state {
+                tracing::info!(state = state.label(), reason, "change-stream follower");
+            }
+        }
+    }
+
+    /// Seconds between now and the last applied event's cluster time (0 before any).
+    pub fn lag_seconds(&self) -> f64 {
+        match self.last_event_ms.load(Ordering::Relaxed) {
+            0 => 0.0,
+            ms => (now_ms() - ms).max(0) as f64 / 1000.0,
+        }
+    }
+
+    /// For `/readyz`: state, why, events, rebuilds, lag.
+    pub fn to_json(&self) -> serde_json::Value {
+        let events: serde_json::Map<String, serde_json::Value> = OPERATIONS
+            .iter()
+            .zip(&self.events)
+            .map(|(op, n)| ((*op).to_string(), json!(n.load(Ordering::Relaxed))))
+            .collect();
+        json!({
+            "state": self.state().label(),
+            "reason": self.reason.lock().map(|r| r.clone()).unwrap_or_default(),
+            "events": events,
+            "rebuilds": self.rebuilds.load(Ordering::Relaxed),
+            "lag_seconds": self.lag_seconds(),
+        })
+    }
+
+    /// The `musicd_watch_*` series in the Prometheus text format.
+    pub fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let following = u8::from(self.state() == WatchState::Following);
+        let _ = writeln!(
+            out,
+            "# HELP musicd_watch_following 1 while this process follows the change stream."
+        );
+        let _ = writeln!(out, "# TYPE musicd_watch_following gauge");
+        let _ = writeln!(out, "musicd_watch_following {following}");
+        let _ = writeln!(
+            out,
+            "# HELP musicd_watch_events_total Change-stream events applied, by operation."
+        );
+        let _ = writeln!(out, "# TYPE musicd_watch_events_total counter");
+        for (op, n) in OPERATIONS.iter().zip(&self.events) {
+            let n = n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "musicd_watch_events_total{{operation=\"{op}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP musicd_watch_lag_seconds Now minus the cluster time of the last change applied."
+        );
+        let _ = writeln!(out, "# TYPE musicd_watch_lag_seconds gauge");
+        let _ = writeln!(out, "musicd_watch_lag_seconds {}", self.lag_seconds());
+    }
+}
+
+/// Why following stopped.
+enum Stopped {
+    /// The lease is gone (someone else follows now, or Redis lost it).
+    LeaseLost,
+    /// A backend failed; try again after [`RETRY`].
+    Failed(String),
+}
+
+/// The change-stream follower of one process.
+pub struct Follower {
+    backends: Backends,
+    config: Config,
+    status: Arc<WatchStatus>,
+    owner: String,
+}
+
+impl Follower {
+    /// A follower over its own clients (a change stream holds a connection open; it should
+    /// not take one from the pool serving requests).
+    pub async fn new(
+        config: &Config,
+        status: Arc<WatchStatus>,
+    ) -> Result<Follower, crate::catalog::backends::BackendError> {
+        Ok(Follower {
+            backends: Backends::new(config).await?,
+            config: config.clone(),
+            status,
+            owner: owner_id(),
+        })
+    }
+
+    /// Its owner id in the lease.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Follows (or stands by) until `stop` completes, then gives the lease up so a
+    /// standby takes over at once. The position was saved at most [`SAVE_EVERY`] before.
+    pub async fn run(self, stop: impl Future<Output = ()>) {
+        let mut stop = std::pin::pin!(stop);
+        let lease = Lease::new(
+            self.backends.cache.link(),
+            self.backends.cache.prefix(),
+            self.owner.clone(),
+            self.config.mongodb.watch_lease,
+        );
+        loop {
+            let pause = tokio::select! {
+                () = &mut stop => break,
+                pause = self.round(&lease) => pause,
+            };
+            let Some(pause) = pause else {
+                return;
+            };
+            tokio::select! {
+                () = &mut stop => break,
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
+        if let Err(err) = lease.release().await {
+            tracing::warn!(error = %err, "could not give the change-stream lease up; it expires by itself");
+        }
+        self.status.set(WatchState::Off, "stopped");
+    }
+
+    /// One attempt: decide whether to follow, take the lease, follow until something ends
+    /// it. `None`: never follow (off); `Some(pause)`: try again after it.
+    async fn round(&self, lease: &Lease<'_>) -> Option<Duration> {
+        let mode = self.config.mongodb.watch;
+        if mode == WatchMode::Off {
+            self.status.set(WatchState::Off, "mongodb.watch = \"off\"");
+            return None;
+        }
+        match self.replica_set().await {
+            Ok(true) => {}
+            Ok(false) if mode == WatchMode::Auto => {
+                self.status.set(
+                    WatchState::Off,
+                    "MongoDB is not a replica set (change streams need one)",
+                );
+                return None;
+            }
+            Ok(false) => {
+                self.status.set(
+                    WatchState::Waiting,
+                    "mongodb.watch = \"on\" but MongoDB is not a replica set",
+                );
+                return Some(RETRY * 10);
+            }
+            Err(why) => {
+                self.status.set(WatchState::Waiting, &why);
+                return Some(RETRY);
+            }
+        }
+        match lease.acquire().await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.status
+                    .set(WatchState::Standby, "another process holds the lease");
+                return Some(self.config.mongodb.watch_lease / 3);
+            }
+            Err(err) => {
+                self.status
+                    .set(WatchState::Waiting, &format!("redis: {err}"));
+                return Some(RETRY);
+            }
+        }
+        // Renewing runs beside following, so a slow MongoDB (an election) does not cost
+        // the lease; losing the lease ends following at once.
+        let outcome = tokio::select! {
+            stopped = self.keep_lease(lease) => stopped,
+            stopped = self.follow(lease) => stopped,
+        };
+        match outcome {
+            Stopped::LeaseLost => {
+                self.status
+                    .set(WatchState::Standby, "lost the lease to another process");
+                Some(Duration::ZERO)
+            }
+            Stopped::Failed(why) => {
+                tracing::warn!(reason = %why, "change-stream follower interrupted; retrying");
+                self.status.set(WatchState::Waiting, &why);
+                Some(RETRY)
+            }
+        }
+    }
+
+    async fn keep_lease(&self, lease: &Lease<'_>) -> Stopped {
+        let ttl = self.config.mongodb.watch_lease;
+        let mut renewed = Instant::now();
+        loop {
+            tokio::time::sleep(ttl / 3).await;
+            match lease.renew().await {
+                Ok(true) => renewed = Instant::now(),
+                Ok(false) => return Stopped::LeaseLost,
+                // Past the lease, a successor may already follow.
+                Err(_) if renewed.elapsed() >= ttl => return Stopped::LeaseLost,
+                Err(err) => tracing::warn!(error = %err, "could not renew the change-stream lease"),
+            }
+        }
+    }
+
+    /// Follows the stream from the saved position until a backend fails (or the caller
+    /// drops this future because the lease is gone).
+    async fn follow(&self, lease: &Lease<'_>) -> Stopped {
+        let position = match lease.position().await {
+            Ok(position) => position,
+            Err(err) => return Stopped::Failed(format!("redis: {err}")),
+        };
+        let mut last_event_ms = position.as_ref().and_then(|p| p.last_event_ms);
+        let (mut stream, lost) = match self.open(position.as_ref()).await {
+            Ok(stream) => (stream, false),
+            Err(err) if history_lost(&err) => match self.open(None).await {
+                Ok(stream) => (stream, true),
+                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+            },
+            Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+        };
+        self.status.set(
+            WatchState::Following,
+            if position.is_some() {
+                "resumed from the saved position"
+            } else {
+                "started at the present"
+            },
+        );
+        if lost && let Err(why) = self.rebuild("the resume point fell off the oplog").await {
+            return Stopped::Failed(why);
+        }
+        let mut saved = Instant::now();
+        let mut after_invalidate = false;
+        loop {
+            match stream.next_if_any().await {
+                Ok(Some(event)) => {
+                    let index = usize::from(change::operation_index(&event.operation_type));
+                    self.status.events[index].fetch_add(1, Ordering::Relaxed);
+                    if let Some(time) = event.cluster_time {
+                        let ms = i64::from(time.time) * 1000;
+                        last_event_ms = Some(ms);
+                        self.status.last_event_ms.store(ms, Ordering::Relaxed);
+                    }
+                    match change::index_change(&event, self.backends.store.path_field()) {
+                        IndexChange::Nothing => {}
+                        IndexChange::Rebuild => {
+                            if let Err(why) =
+                                self.rebuild("the collection was dropped or renamed").await
+                            {
+                                return Stopped::Failed(why);
+                            }
+                        }
+                        IndexChange::Invalidated => {
+                            // The stream is over; the next one starts right after this
+                            // event, and the rebuild covers whatever the collection is now.
+                            let position = Position {
+                                token: event.id.clone(),
+                                after_invalidate: true,
+                                owner: self.owner.clone(),
+                                saved_ms: now_ms(),
+                                last_event_ms,
+                            };
+                            match self.open(Some(&position)).await {
+                                Ok(next) => stream = next,
+                                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+                            }
+                            if let Err(why) = self.rebuild("the stream was invalidated").await {
+                                return Stopped::Failed(why);
+                            }
+                            after_invalidate = true;
+                        }
+                        write => {
+                            if let Err(err) = self.apply(write).await {
+                                return Stopped::Failed(format!("redis: {err}"));
+                            }
+                            after_invalidate = false;
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(err) if history_lost(&err) => {
+                    match self.open(None).await {
+                        Ok(next) => stream = next,
+                        Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+                    }
+                    if let Err(why) = self.rebuild("the resume point fell off the oplog").await {
+                        return Stopped::Failed(why);
+                    }
+                }
+                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+            }
+            if saved.elapsed() >= SAVE_EVERY
+                && let Some(token) = stream.resume_token()
+            {
+                let position = Position {
+                    token,
+                    after_invalidate,
+                    owner: self.owner.clone(),
+                    saved_ms: now_ms(),
+                    last_event_ms,
+                };
+                match lease.save(&position).await {
+                    Ok(true) => saved = Instant::now(),
+                    Ok(false) => return Stopped::LeaseLost,
+                    Err(err) => return Stopped::Failed(format!("redis: {err}")),
+                }
+            }
+        }
+    }
+
+    async fn open(
+        &self,
+        position: Option<&Position>,
+    ) -> mongodb::error::Result<ChangeStream<ChangeStreamEvent<Document>>> {
+        let watch = self
+            .backends
+            .store
+            .collection()
+            .watch()
+            .pipeline(change::pipeline(self.backends.store.path_field()))
+            .max_await_time(AWAIT);
+        match position {
+            Some(p) if p.after_invalidate => watch.start_after(p.token.clone()).await,
+            Some(p) => watch.resume_after(p.token.clone()).await,
+            None => watch.await,
+        }
+    }
+
+    async fn apply(&self, change: IndexChange) -> Result<(), crate::catalog::cache::CacheError> {
+        let cache = &self.backends.cache;
+        match change {
+            IndexChange::Path(id, path) => cache.put_path(&id, &path).await,
+            IndexChange::Forget(id) => cache.forget(&id).await.map(|_| ()),
+            IndexChange::Absent(id) => cache.put_absent(&id).await,
+            IndexChange::Rebuild | IndexChange::Invalidated | IndexChange::Nothing => Ok(()),
+        }
+    }
+
+    /// `reindex --prune`, while the stream waits: changes made meanwhile are applied after.
+    async fn rebuild(&self, why: &str) -> Result<(), String> {
+        self.status.set(WatchState::Rebuilding, why);
+        tracing::warn!(reason = why, "change-stream follower: rebuilding the index");
+        let options = ReindexOptions {
+            dry_run: false,
+            prune: true,
+            batch: 1000,
+        };
+        let report = reindex::reindex(
+            &self.backends,
+            &self.config.redis.target,
+            self.config.redis.timeout * 4,
+            &options,
+            |_| {},
+        )
+        .await
+        .map_err(|e| format!("rebuild: {e}"))?;
+        self.status.rebuilds.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            documents = report.documents,
+            indexed = report.indexed,
+            pruned = report.pruned,
+            seconds = report.seconds,
+            "change-stream follower: index rebuilt"
+        );
+        self.status
+            .set(WatchState::Following, "following after a rebuild");
+        Ok(())
+    }
+
+    async fn replica_set(&self) -> Result<bool, String> {
+        let hello = self
+            .backends
+            .store
+            .client()
+            .database("admin")
+            .run_command(doc! { "hello": 1 })
+            .await
+            .map_err(|e| format!("mongodb: {e}"))?;
+        Ok(hello.get_str("setName").is_ok())
+    }
+}
+
+fn history_lost(err: &mongodb::error::Error) -> bool {
+    // 280 ChangeStreamFatalError is what older servers say for the same thing.
+    matches!(&*err.kind, mongodb::error::ErrorKind::Command(c) if c.code == HISTORY_LOST || c.code == 280)
+}
+
+fn owner_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!(
+        "{host}:{}:{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Milliseconds since the epoch, as the saved position counts them.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
