@@ -15,6 +15,9 @@
 //!    offload headers for nginx; hot files from its cache.
 //! 6. `http::access_log` counts the exchange in [`http::metrics`] and logs it.
 //!
+//! Beside the requests, [`watch`] keeps the Redis index current from MongoDB's change
+//! stream (one follower per index, under a lease in Redis).
+//!
 //! [`config`] is read once by either binary ([`cli`] holds the command-line parts they
 //! share); [`admin`] holds what `musicctl` does, and [`daemon`] runs the server
 //! (foreground, per-core event loops, or supervised).

@@ -323,8 +323,14 @@ impl Follower {
     /// Follows the stream from the saved position until a backend fails (or the caller
     /// drops this future because the lease is gone).
     async fn follow(&self, lease: &Lease<'_>) -> Stopped {
-        let position = match lease.position().await {
-            Ok(position) => position,
+        let (position, unreadable) = match lease.position().await {
+            Ok(position) => (position, false),
+            // Written by a version that stored it differently: start at the present and
+            // rebuild, rather than never follow again.
+            Err(err @ lease::LeaseError::Position(_)) => {
+                tracing::warn!(error = %err, "ignoring the saved resume point");
+                (None, true)
+            }
             Err(err) => return Stopped::Failed(format!("redis: {err}")),
         };
         let mut last_event_ms = position.as_ref().and_then(|p| p.last_event_ms);
@@ -344,8 +350,17 @@ impl Follower {
                 "started at the present"
             },
         );
-        if lost && let Err(why) = self.rebuild("the resume point fell off the oplog").await {
-            return Stopped::Failed(why);
+        let why = if lost {
+            Some("the resume point fell off the oplog")
+        } else if unreadable {
+            Some("the saved resume point was unreadable")
+        } else {
+            None
+        };
+        if let Some(why) = why
+            && let Err(failed) = self.rebuild(why).await
+        {
+            return Stopped::Failed(failed);
         }
         let mut saved = Instant::now();
         let mut after_invalidate = false;

@@ -793,3 +793,54 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
         "lease still names musicctl: {now}"
     );
 }
+
+/// The collection dropped under a following musicd: the index is rebuilt (stale entries
+/// pruned), and the follower goes on with the collection created again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_collection_rebuilds_the_index_and_following_goes_on() {
+    let env = env_on(&shared_replica_set().uri()).await;
+    let (old, _) = env.track("old.mp3", b"old").await;
+    let server = env.musicd().await;
+    the_follower(&[&server.url("")], Duration::from_secs(10)).await;
+    assert_eq!(get(&server.track_url(&old)).await.0, StatusCode::OK);
+    assert!(env.cached(&old).await.is_some());
+
+    env.tracks.drop().await.expect("drop");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while env.cached(&old).await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the rebuild never pruned the dropped track"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let readyz: serde_json::Value = client()
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz")
+        .json()
+        .await
+        .expect("json");
+    assert!(readyz["watch"]["rebuilds"].as_u64() >= Some(1), "{readyz}");
+
+    // A player asks for a track before it exists, then it is added: played at once.
+    let fresh = ObjectId::new();
+    assert_eq!(
+        get(&server.track_url(&fresh)).await.0,
+        StatusCode::NOT_FOUND
+    );
+    let path = env.write_file("fresh.mp3", b"fresh");
+    env.tracks
+        .insert_one(doc! { "_id": fresh, "path": path.display().to_string() })
+        .await
+        .expect("insert into the new collection");
+    served_within(
+        &server.track_url(&fresh),
+        StatusCode::OK,
+        Some(b"fresh"),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("followed after the invalidate");
+}
