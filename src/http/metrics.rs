@@ -70,8 +70,7 @@ impl RequestHistogram {
     }
 
     fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+        family(out, name, "histogram", help);
         for (r, route) in Route::ALL.iter().enumerate() {
             for (c, class) in CLASSES.iter().enumerate() {
                 let count = self.count[r][c].load(Ordering::Relaxed);
@@ -183,11 +182,13 @@ impl Metrics {
     pub fn render(&self, redis_errors: u64, file_cache_bytes: u64, local_ids: usize) -> String {
         let mut out = String::with_capacity(4096);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "# HELP musicd_requests_total Responses by route and status."
+        let requests = "musicd_requests_total";
+        family(
+            &mut out,
+            requests,
+            "counter",
+            "Responses by route and status.",
         );
-        let _ = writeln!(out, "# TYPE musicd_requests_total counter");
         for (r, route) in Route::ALL.iter().map(|route| route.label()).enumerate() {
             for (s, status) in STATUSES.iter().enumerate() {
                 let n = get(&self.requests[r][s]);
@@ -199,74 +200,82 @@ impl Metrics {
                     };
                     let _ = writeln!(
                         out,
-                        "musicd_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+                        "{requests}{{route=\"{route}\",status=\"{status}\"}} {n}"
                     );
                 }
             }
         }
-        let _ = writeln!(out, "# HELP musicd_sent_bytes_total Body bytes sent.");
-        let _ = writeln!(out, "# TYPE musicd_sent_bytes_total counter");
-        let _ = writeln!(out, "musicd_sent_bytes_total {}", get(&self.bytes_sent));
-        let _ = writeln!(
-            out,
-            "# HELP musicd_id_cache_total Id lookups by where the answer came from (local = in-process, hit = Redis)."
+        single(
+            &mut out,
+            "musicd_sent_bytes_total",
+            "counter",
+            "Body bytes sent.",
+            get(&self.bytes_sent),
         );
-        let _ = writeln!(out, "# TYPE musicd_id_cache_total counter");
+        let ids = "musicd_id_cache_total";
+        family(
+            &mut out,
+            ids,
+            "counter",
+            "Id lookups by where the answer came from (local = in-process, hit = Redis).",
+        );
         for (i, outcome) in OUTCOMES.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "musicd_id_cache_total{{outcome=\"{}\"}} {}",
+                "{ids}{{outcome=\"{}\"}} {}",
                 outcome.as_str(),
                 get(&self.cache[i])
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP musicd_file_cache_total Tracks answered from the file cache (hit: a copy in memory, an open file, an offload answer) or opened afresh (miss)."
+        let files = "musicd_file_cache_total";
+        family(
+            &mut out,
+            files,
+            "counter",
+            "Tracks answered from the file cache (hit: a copy in memory, an open file, an offload answer) or opened afresh (miss).",
         );
-        let _ = writeln!(out, "# TYPE musicd_file_cache_total counter");
         let _ = writeln!(
             out,
-            "musicd_file_cache_total{{result=\"hit\"}} {}",
+            "{files}{{result=\"hit\"}} {}",
             get(&self.file_cache_hits)
         );
         let _ = writeln!(
             out,
-            "musicd_file_cache_total{{result=\"miss\"}} {}",
+            "{files}{{result=\"miss\"}} {}",
             get(&self.file_cache_misses)
         );
-        let _ = writeln!(
-            out,
-            "# HELP musicd_file_cache_bytes Memory held by cached files."
+        single(
+            &mut out,
+            "musicd_file_cache_bytes",
+            "gauge",
+            "Memory held by cached files.",
+            file_cache_bytes,
         );
-        let _ = writeln!(out, "# TYPE musicd_file_cache_bytes gauge");
-        let _ = writeln!(out, "musicd_file_cache_bytes {file_cache_bytes}");
-        let _ = writeln!(
-            out,
-            "# HELP musicd_local_ids Ids held in the in-process cache."
+        single(
+            &mut out,
+            "musicd_local_ids",
+            "gauge",
+            "Ids held in the in-process cache.",
+            local_ids,
         );
-        let _ = writeln!(out, "# TYPE musicd_local_ids gauge");
-        let _ = writeln!(out, "musicd_local_ids {local_ids}");
-        let _ = writeln!(
-            out,
-            "# HELP musicd_resolve_seconds Time to resolve an id to a path."
+        let resolve = "musicd_resolve_seconds";
+        family(
+            &mut out,
+            resolve,
+            "histogram",
+            "Time to resolve an id to a path.",
         );
-        let _ = writeln!(out, "# TYPE musicd_resolve_seconds histogram");
         for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
-            let _ = writeln!(
-                out,
-                "musicd_resolve_seconds_bucket{{le=\"{bound}\"}} {}",
-                get(bucket)
-            );
+            let _ = writeln!(out, "{resolve}_bucket{{le=\"{bound}\"}} {}", get(bucket));
         }
         let count = get(&self.latency_count);
-        let _ = writeln!(out, "musicd_resolve_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{resolve}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(
             out,
-            "musicd_resolve_seconds_sum {}",
+            "{resolve}_sum {}",
             get(&self.latency_sum_ns) as f64 / 1e9
         );
-        let _ = writeln!(out, "musicd_resolve_seconds_count {count}");
+        let _ = writeln!(out, "{resolve}_count {count}");
         self.durations.render(
             &mut out,
             "musicd_request_duration_seconds",
@@ -277,40 +286,76 @@ impl Metrics {
             "musicd_ttfb_seconds",
             "Time from a request's head to its response head being written, by route and status class.",
         );
-        let _ = writeln!(
-            out,
-            "# HELP musicd_upstream_errors_total Failed calls to Redis and MongoDB."
+        let upstream = "musicd_upstream_errors_total";
+        family(
+            &mut out,
+            upstream,
+            "counter",
+            "Failed calls to Redis and MongoDB.",
         );
-        let _ = writeln!(out, "# TYPE musicd_upstream_errors_total counter");
+        let _ = writeln!(out, "{upstream}{{upstream=\"redis\"}} {redis_errors}");
         let _ = writeln!(
             out,
-            "musicd_upstream_errors_total{{upstream=\"redis\"}} {redis_errors}"
-        );
-        let _ = writeln!(
-            out,
-            "musicd_upstream_errors_total{{upstream=\"mongodb\"}} {}",
+            "{upstream}{{upstream=\"mongodb\"}} {}",
             get(&self.mongodb_errors)
         );
-        let _ = writeln!(
-            out,
-            "# HELP musicd_in_flight_responses Responses being sent."
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        single(
+            &mut out,
+            "musicd_in_flight_responses",
+            "gauge",
+            "Responses being sent.",
+            in_flight,
         );
-        let _ = writeln!(out, "# TYPE musicd_in_flight_responses gauge");
-        let _ = writeln!(
-            out,
-            "musicd_in_flight_responses {}",
-            self.in_flight.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP musicd_open_connections Client connections open."
-        );
-        let _ = writeln!(out, "# TYPE musicd_open_connections gauge");
-        let _ = writeln!(
-            out,
-            "musicd_open_connections {}",
-            self.open_connections.load(Ordering::Relaxed)
+        let open = self.open_connections.load(Ordering::Relaxed);
+        single(
+            &mut out,
+            "musicd_open_connections",
+            "gauge",
+            "Client connections open.",
+            open,
         );
         out
     }
+}
+
+/// The change-stream follower's series (`crate::watch`), appended to `out`.
+pub fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
+    let following = u8::from(watch.state() == crate::watch::WatchState::Following);
+    single(
+        out,
+        "musicd_watch_following",
+        "gauge",
+        "1 while this process follows the change stream.",
+        following,
+    );
+    let events = "musicd_watch_events_total";
+    family(
+        out,
+        events,
+        "counter",
+        "Change-stream events applied, by operation.",
+    );
+    for (operation, n) in watch.events() {
+        let _ = writeln!(out, "{events}{{operation=\"{operation}\"}} {n}");
+    }
+    single(
+        out,
+        "musicd_watch_lag_seconds",
+        "gauge",
+        "Now minus the cluster time of the last change applied.",
+        watch.lag_seconds(),
+    );
+}
+
+/// A metric family's `# HELP` and `# TYPE` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A family with one unlabelled sample.
+fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    family(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
 }

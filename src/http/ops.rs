@@ -98,7 +98,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state.files.cache.used_bytes(),
         state.resolver.local_len(),
     );
-    state.watch.render_metrics(&mut text);
+    super::metrics::render_watch(&mut text, &state.watch);
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -136,10 +136,9 @@ impl WatchStatus {
 
     /// For `/readyz`: state, why, events, rebuilds, lag.
     pub fn to_json(&self) -> serde_json::Value {
-        let events: serde_json::Map<String, serde_json::Value> = OPERATIONS
-            .iter()
-            .zip(&self.events)
-            .map(|(op, n)| ((*op).to_string(), json!(n.load(Ordering::Relaxed))))
+        let events: serde_json::Map<String, serde_json::Value> = self
+            .events()
+            .map(|(op, n)| (op.to_string(), json!(n)))
             .collect();
         json!({
             "state": self.state().label(),
@@ -150,31 +149,12 @@ impl WatchStatus {
         })
     }
 
-    /// The `musicd_watch_*` series in the Prometheus text format.
-    pub fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write;
-        let following = u8::from(self.state() == WatchState::Following);
-        let _ = writeln!(
-            out,
-            "# HELP musicd_watch_following 1 while this process follows the change stream."
-        );
-        let _ = writeln!(out, "# TYPE musicd_watch_following gauge");
-        let _ = writeln!(out, "musicd_watch_following {following}");
-        let _ = writeln!(
-            out,
-            "# HELP musicd_watch_events_total Change-stream events applied, by operation."
-        );
-        let _ = writeln!(out, "# TYPE musicd_watch_events_total counter");
-        for (op, n) in OPERATIONS.iter().zip(&self.events) {
-            let n = n.load(Ordering::Relaxed);
-            let _ = writeln!(out, "musicd_watch_events_total{{operation=\"{op}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP musicd_watch_lag_seconds Now minus the cluster time of the last change applied."
-        );
-        let _ = writeln!(out, "# TYPE musicd_watch_lag_seconds gauge");
-        let _ = writeln!(out, "musicd_watch_lag_seconds {}", self.lag_seconds());
+    /// Events applied so far, by operation (`musicd_watch_events_total`).
+    pub fn events(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        OPERATIONS
+            .iter()
+            .zip(&self.events)
+            .map(|(op, n)| (*op, n.load(Ordering::Relaxed)))
     }
 }
 

@@ -2,6 +2,7 @@
 //! offload modes, against an independent HMAC from `openssl`), `musicctl sign`, CORS with
 //! a real Chromium page on another origin, `?download`, and pacing.
 
+use crate::harness::fetch_with;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -108,17 +109,7 @@ async fn signed_links_are_checked_before_any_lookup() {
             })
             .sum()
     };
-    let metrics_url = server.url("/metrics");
-    let before = lookups(
-        &http
-            .get(&metrics_url)
-            .send()
-            .await
-            .expect("GET")
-            .text()
-            .await
-            .expect("text"),
-    );
+    let before = lookups(&server.metrics().await);
     let past = now() - 10;
     let past_sig = openssl_sig(&id, past);
     let other = ObjectId::new();
@@ -159,16 +150,7 @@ async fn signed_links_are_checked_before_any_lookup() {
             "{url}"
         );
     }
-    let after = lookups(
-        &http
-            .get(&metrics_url)
-            .send()
-            .await
-            .expect("GET")
-            .text()
-            .await
-            .expect("text"),
-    );
+    let after = lookups(&server.metrics().await);
     assert_eq!(before, after, "refused links reached the resolver");
 
     // `musicctl sign` makes links the server accepts.
@@ -265,20 +247,12 @@ async fn download_links_are_attachments_with_the_files_name() {
             "round {round}"
         );
         assert_eq!(save.bytes().await.expect("body").len(), bytes.len());
-        let part = http
-            .get(format!("{url}?download"))
-            .header("range", "bytes=100-199")
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(part.status(), StatusCode::PARTIAL_CONTENT);
-        assert!(
-            part.headers()["content-disposition"]
-                .to_str()
-                .expect("ascii")
-                .starts_with("attachment; ")
-        );
-        assert_eq!(part.bytes().await.expect("body").as_ref(), &bytes[100..200]);
+        let (status, headers, body) =
+            fetch_with(&format!("{url}?download"), &[("range", "bytes=100-199")]).await;
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+        let disposition = headers["content-disposition"].to_str().expect("ascii");
+        assert!(disposition.starts_with("attachment; "), "{disposition}");
+        assert_eq!(body.as_ref(), &bytes[100..200]);
     }
 }
 

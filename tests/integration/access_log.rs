@@ -328,14 +328,7 @@ async fn the_grafana_dashboard_queries_only_metrics_that_exist() {
         .send()
         .await
         .expect("GET");
-    let metrics = http
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("GET")
-        .text()
-        .await
-        .expect("text");
+    let metrics = server.metrics().await;
     for series in [
         "musicd_request_duration_seconds_bucket{route=\"track\",status=\"2xx\",le=\"+Inf\"} 1",
         "musicd_request_duration_seconds_count{route=\"track\",status=\"4xx\"} 1",

@@ -1,6 +1,7 @@
 //! The binaries as an operator runs them: `musicd run` with a config file (access log,
 //! graceful stop, config errors) and `musicctl import` / `resolve`.
 
+use crate::harness::fetch_with;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -17,22 +18,13 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
     let mut daemon = Daemon::start(&env).await;
     let url = format!("{}/musicdb/{}/big.mp3", daemon.base, id.to_hex());
 
-    let small = client()
-        .get(&url)
-        .header("range", "bytes=0-99")
-        .header("x-request-id", "req-abc-1")
-        .send()
-        .await
-        .expect("GET");
-    assert_eq!(small.status(), StatusCode::PARTIAL_CONTENT);
-    small.bytes().await.expect("body");
-    let again = client()
-        .get(&url)
-        .header("range", "bytes=0-9")
-        .send()
-        .await
-        .expect("GET");
-    again.bytes().await.expect("body");
+    let small = fetch_with(
+        &url,
+        &[("range", "bytes=0-99"), ("x-request-id", "req-abc-1")],
+    )
+    .await;
+    assert_eq!(small.0, StatusCode::PARTIAL_CONTENT);
+    fetch_with(&url, &[("range", "bytes=0-9")]).await;
     let bad = client()
         .get(format!("{}/musicdb/nope", daemon.base))
         .send()

@@ -246,14 +246,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
     assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
     // Negative entry written through the cluster connection.
     assert_eq!(cluster.sizes().iter().sum::<u64>(), 51);
-    let readyz: serde_json::Value = crate::harness::client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let readyz: serde_json::Value = server.readyz().await;
     assert_eq!(readyz["status"], "ready");
 
     std::fs::remove_file(env.media.join("t0.mp3")).expect("rm");

@@ -1,6 +1,7 @@
 //! Real nginx in front of musicd with `deploy/nginx.conf`: x-accel-redirect offload (nginx
 //! sends the bytes) and plain proxying.
 
+use crate::harness::fetch_with;
 use crate::harness::nginx::Nginx;
 use crate::harness::{TestEnv, client, pattern, shared_mongo, shared_redis};
 use mongodb::bson::oid::ObjectId;
@@ -47,18 +48,10 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
         bytes.as_slice()
     );
 
-    let response = client()
-        .get(&url)
-        .header("range", "bytes=1000-1999")
-        .send()
-        .await
-        .expect("GET range");
-    assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
-    assert_eq!(header(&response, "content-range"), "bytes 1000-1999/200000");
-    assert_eq!(
-        response.bytes().await.expect("body").as_ref(),
-        &bytes[1000..2000]
-    );
+    let (status, headers, body) = fetch_with(&url, &[("range", "bytes=1000-1999")]).await;
+    assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+    assert_eq!(headers["content-range"], "bytes 1000-1999/200000");
+    assert_eq!(body.as_ref(), &bytes[1000..2000]);
 
     let stream_url = nginx.url(&format!("/stream/musicdb/{}", id.to_hex()));
     assert_eq!(
@@ -106,14 +99,7 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
         StatusCode::NOT_FOUND,
         "deleted: a 404 through nginx"
     );
-    let metrics = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("GET")
-        .text()
-        .await
-        .expect("text");
+    let metrics = server.metrics().await;
     let hits = crate::harness::metric(&metrics, "musicd_file_cache_total{result=\"hit\"}")
         .expect("file cache hits");
     assert!(
@@ -225,16 +211,8 @@ async fn hostile_requests_are_answered_well_framed_directly_and_through_nginx() 
     .await
     .expect("client");
     for _ in 0..20 {
-        let response = client()
-            .get(&url)
-            .header("range", "bytes=1000-1999")
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT);
-        assert_eq!(
-            response.bytes().await.expect("body").as_ref(),
-            &bytes[1000..2000]
-        );
+        let (status, _, body) = fetch_with(&url, &[("range", "bytes=1000-1999")]).await;
+        assert_eq!(status, StatusCode::PARTIAL_CONTENT);
+        assert_eq!(body.as_ref(), &bytes[1000..2000]);
     }
 }

@@ -8,13 +8,7 @@ use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
 async fn readyz(server: &crate::harness::Musicd) -> (StatusCode, serde_json::Value) {
-    let response = client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz");
-    let status = response.status();
-    (status, response.json().await.expect("json"))
+    crate::harness::get_json(&server.url("/readyz")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,10 +22,7 @@ async fn env_on(uri: &str) -> TestEnv {
 }
 
 async fn metrics_of(base: &str) -> String {
-    match client().get(format!("{base}/metrics")).send().await {
-        Ok(response) => response.text().await.unwrap_or_default(),
-        Err(_) => String::new(),
-    }
+    crate::harness::get_text(&format!("{base}/metrics")).await
 }
 
 async fn following(base: &str) -> bool {
@@ -74,6 +71,23 @@ async fn served_within(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None
+}
+
+/// Waits until Redis holds `expected` for `id` (`None`: no entry), failing with `what`
+/// after `within`; how long it took.
+async fn until_cached(
+    env: &TestEnv,
+    id: &ObjectId,
+    expected: Option<&[u8]>,
+    within: Duration,
+    what: &str,
+) -> Duration {
+    let started = Instant::now();
+    while env.cached(id).await.as_deref() != expected {
+        assert!(started.elapsed() < within, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    started.elapsed()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -167,12 +181,10 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
                         .join(format!("moved/m{i}.mp3"))
                         .display()
                         .to_string();
-                    let started = Instant::now();
-                    while env.cached(&id).await != Some(moved.clone().into_bytes()) {
-                        assert!(started.elapsed() < Duration::from_secs(10), "never indexed");
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    indexed = Some(started.elapsed());
+                    let secs = Duration::from_secs(10);
+                    let took =
+                        until_cached(&env, &id, Some(moved.as_bytes()), secs, "never indexed");
+                    indexed = Some(took.await);
                 }
                 let took = served_within(
                     &server.track_url(&id),
@@ -270,14 +282,14 @@ async fn only_changes_of_the_path_field_touch_redis() {
         )
         .await
         .expect("update witness");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while env.cached(&witness).await != Some(moved.display().to_string().into_bytes()) {
-        assert!(
-            Instant::now() < deadline,
-            "the follower never wrote the witness"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_cached(
+        &env,
+        &witness,
+        Some(moved.display().to_string().as_bytes()),
+        Duration::from_secs(5),
+        "the follower never wrote the witness",
+    )
+    .await;
     assert_eq!(
         env.cached(&id).await,
         Some(marker.into_bytes()),
@@ -288,11 +300,7 @@ async fn only_changes_of_the_path_field_touch_redis() {
         .update_one(doc! { "_id": id }, doc! { "$unset": { "path": "" } })
         .await
         .expect("unset");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while env.cached(&id).await.is_some() {
-        assert!(Instant::now() < deadline, "entry not dropped");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_cached(&env, &id, None, Duration::from_secs(5), "entry not dropped").await;
 }
 
 /// musicd stopped, changes made, musicd started: they are applied from the saved resume
@@ -406,10 +414,15 @@ async fn a_killed_follower_is_replaced_and_no_change_is_lost() {
     let deadline = Instant::now() + Duration::from_secs(10);
     for (t, id) in ids.iter().enumerate() {
         let last = env.media.join(format!("v8/k{t}.mp3")).display().to_string();
-        while env.cached(id).await != Some(last.clone().into_bytes()) {
-            assert!(Instant::now() < deadline, "track {t} lost its last change");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        until_cached(
+            &env,
+            id,
+            Some(last.as_bytes()),
+            left,
+            "a track lost its last change",
+        )
+        .await;
         let url = format!("{}/musicdb/{}/x.mp3", bases[standby], id.to_hex());
         served_within(&url, StatusCode::OK, Some(b"v8"), Duration::from_secs(2))
             .await
@@ -741,28 +754,18 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
         )
         .await
         .expect("update");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while env.cached(&id).await != Some(moved.display().to_string().into_bytes()) {
-        assert!(
-            Instant::now() < deadline,
-            "musicctl watch did not index the move"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_cached(
+        &env,
+        &id,
+        Some(moved.display().to_string().as_bytes()),
+        Duration::from_secs(5),
+        "musicctl watch did not index the move",
+    )
+    .await;
 
     let server = env.musicd().await;
-    let readyz = || async {
-        client()
-            .get(server.url("/readyz"))
-            .send()
-            .await
-            .expect("readyz")
-            .json::<serde_json::Value>()
-            .await
-            .expect("json")
-    };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while readyz().await["watch"]["state"] != "standby" {
+    while server.readyz().await["watch"]["state"] != "standby" {
         assert!(Instant::now() < deadline, "musicd is not standing by");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -780,7 +783,7 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
     };
     assert!(status.success(), "{status}");
     // It gave the lease up: the standby follows well before the lease would have expired.
-    while readyz().await["watch"]["state"] != "following" {
+    while server.readyz().await["watch"]["state"] != "following" {
         assert!(
             stopped.elapsed() < Duration::from_secs(5),
             "musicd never took over"
@@ -806,22 +809,9 @@ async fn a_dropped_collection_rebuilds_the_index_and_following_goes_on() {
     assert!(env.cached(&old).await.is_some());
 
     env.tracks.drop().await.expect("drop");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while env.cached(&old).await.is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "the rebuild never pruned the dropped track"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let readyz: serde_json::Value = client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("readyz")
-        .json()
-        .await
-        .expect("json");
+    let pruned = "the rebuild never pruned the dropped track";
+    until_cached(&env, &old, None, Duration::from_secs(10), pruned).await;
+    let readyz: serde_json::Value = server.readyz().await;
     assert!(readyz["watch"]["rebuilds"].as_u64() >= Some(1), "{readyz}");
 
     // A player asks for a track before it exists, then it is added: played at once.

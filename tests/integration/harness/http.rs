@@ -63,3 +63,22 @@ pub async fn fetch(
 ) {
     fetch_with(url, &[]).await
 }
+
+/// GET `url`: its body as text (`/metrics`).
+pub async fn get_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text body")
+}
+
+/// GET `url`: its status and body as JSON (`/readyz`, error bodies).
+pub async fn get_json(url: &str) -> (reqwest::StatusCode, serde_json::Value) {
+    let response = client().get(url).send().await.expect("GET");
+    let status = response.status();
+    (status, response.json().await.expect("JSON body"))
+}

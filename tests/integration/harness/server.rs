@@ -58,6 +58,16 @@ impl Musicd {
         self.url(&format!("/musicdb/{}/song.mp3", id.to_hex()))
     }
 
+    /// What `/metrics` says now.
+    pub async fn metrics(&self) -> String {
+        super::http::get_text(&self.url("/metrics")).await
+    }
+
+    /// What `/readyz` says now (its JSON body).
+    pub async fn readyz(&self) -> serde_json::Value {
+        super::http::get_json(&self.url("/readyz")).await.1
+    }
+
     /// Stops accepting and drains.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
