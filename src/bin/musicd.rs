@@ -87,35 +87,19 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(err) => fail(&err),
         },
-        Command::Start => match control::start(config, sources) {
-            Ok(Started::Ready { pid }) => {
-                println!("musicd started (supervisor pid {pid})");
-                ExitCode::SUCCESS
-            }
-            Ok(Started::NotReadyYet) => {
-                println!("musicd started, but its worker is not ready yet: see `musicd status`");
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(&err),
-        },
-        Command::Stop => match control::stop(&config) {
-            Ok(Stopped::Stopped(pid)) => {
-                println!("musicd stopped (supervisor pid {pid})");
-                ExitCode::SUCCESS
-            }
-            Ok(Stopped::NotRunning) => {
-                println!("musicd is not running");
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(&err),
-        },
-        Command::Restart => match control::restart(config, sources) {
-            Ok(message) => {
-                println!("musicd {message}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => fail(&err),
-        },
+        Command::Start => say(
+            control::start(config, sources).map(|started| match started {
+                Started::Ready { pid } => format!("musicd started (supervisor pid {pid})"),
+                Started::NotReadyYet => {
+                    "musicd started, but its worker is not ready yet: see `musicd status`".into()
+                }
+            }),
+        ),
+        Command::Stop => say(control::stop(&config).map(|stopped| match stopped {
+            Stopped::Stopped(pid) => format!("musicd stopped (supervisor pid {pid})"),
+            Stopped::NotRunning => "musicd is not running".into(),
+        })),
+        Command::Restart => say(control::restart(config, sources).map(|m| format!("musicd {m}"))),
         Command::Status { json } => {
             let status = control::status(&config);
             if json {
@@ -134,6 +118,17 @@ fn main() -> ExitCode {
             }
         }
         Command::Describe(_) => ExitCode::SUCCESS,
+    }
+}
+
+/// Prints what a control command did (success), or why it failed.
+fn say<E: std::error::Error>(outcome: Result<String, E>) -> ExitCode {
+    match outcome {
+        Ok(message) => {
+            println!("{message}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => fail(&err),
     }
 }
 

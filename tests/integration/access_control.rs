@@ -2,12 +2,11 @@
 //! offload modes, against an independent HMAC from `openssl`), `musicctl sign`, CORS with
 //! a real Chromium page on another origin, `?download`, and pacing.
 
-use crate::harness::fetch_with;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestEnv, client, metric, pattern};
+use crate::harness::{TestEnv, client, fetch, fetch_with, http_get, metric, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
@@ -193,25 +192,18 @@ async fn optional_signatures_and_offload_modes_check_the_same_way() {
             StatusCode::FORBIDDEN
         };
         assert_eq!(unsigned, expected, "{mode}: unsigned");
-        let wrong = http
-            .get(format!("{base}?expires={expires}&kid=k1&sig=bad"))
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(wrong.status(), StatusCode::FORBIDDEN, "{mode}: wrong");
-        let good = http
-            .get(format!("{base}?expires={expires}&kid=k1&sig={sig}"))
-            .send()
-            .await
-            .expect("GET");
-        assert_eq!(good.status(), StatusCode::OK, "{mode}: good");
-        if mode != "direct" {
-            let header = if mode == "x-sendfile" {
-                "x-sendfile"
-            } else {
-                "x-accel-redirect"
-            };
-            assert!(good.headers().get(header).is_some(), "{mode}");
+        let signed = |sig: &str| format!("{base}?expires={expires}&kid=k1&sig={sig}");
+        let (wrong, _, _) = fetch(&signed("bad")).await;
+        assert_eq!(wrong, StatusCode::FORBIDDEN, "{mode}: wrong");
+        let (good, headers, _) = fetch(&signed(&sig)).await;
+        assert_eq!(good, StatusCode::OK, "{mode}: good");
+        let offload = match mode {
+            "x-sendfile" => Some("x-sendfile"),
+            "x-accel-redirect" => Some("x-accel-redirect"),
+            _ => None,
+        };
+        if let Some(header) = offload {
+            assert!(headers.get(header).is_some(), "{mode}");
         }
     }
 }
@@ -273,14 +265,7 @@ async fn paced_downloads_take_the_time_the_rate_says() {
     for round in 0..2 {
         // Round 0 opens the file, round 1 sends it from the open-file cache.
         let started = Instant::now();
-        let body = client()
-            .get(&url)
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        let body = http_get(&url).await.bytes().await.expect("body");
         let took = started.elapsed();
         assert_eq!(body.len(), bytes.len());
         assert!(
@@ -291,11 +276,8 @@ async fn paced_downloads_take_the_time_the_rate_says() {
     // A small file is under rate_after_bytes: not paced.
     let (small, _) = env.track("small.mp3", &pattern(100_000, 9)).await;
     let started = Instant::now();
-    client()
-        .get(server.url(&format!("/musicdb/{}/s.mp3", small.to_hex())))
-        .send()
+    http_get(server.url(&format!("/musicdb/{}/s.mp3", small.to_hex())))
         .await
-        .expect("GET")
         .bytes()
         .await
         .expect("body");
@@ -306,11 +288,7 @@ async fn paced_downloads_take_the_time_the_rate_says() {
     let env = TestEnv::shared_with(&accel).await;
     let (id, _) = env.track("a.mp3", &pattern(1000, 1)).await;
     let server = env.musicd().await;
-    let response = client()
-        .get(server.url(&format!("/musicdb/{}/a.mp3", id.to_hex())))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.url(&format!("/musicdb/{}/a.mp3", id.to_hex()))).await;
     assert_eq!(response.headers()["x-accel-limit-rate"], "1048576");
 }
 

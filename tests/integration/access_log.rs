@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::harness::raw::{connect, exchange, read_to_close};
-use crate::harness::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, fetch, fetch_with, http_get, pattern};
 
 /// A musicd writing its access log to a file, with these extra settings.
 async fn logging_server(
@@ -41,34 +41,32 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The client address of every line, sorted: each event loop writes its own batches, so
+/// lines are complete but not in request order.
+fn logged_clients(path: &std::path::Path) -> Vec<String> {
+    let mut clients: Vec<String> = lines(path)
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+        .collect();
+    clients.sort();
+    clients
+}
+
 /// N requests, then a graceful stop: exactly N lines, each the NCSA combined format with
 /// musicd's fields after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_has_exactly_one_combined_line_after_a_stop() {
     let (_env, server, path, _scratch, url) = logging_server(&[]).await;
-    let http = client();
     let full = server.url(&url);
     for i in 0..250 {
-        let mut request = http
-            .get(&full)
-            .header("user-agent", "VLC/3.0.20 LibVLC/3.0.20");
+        let mut headers = vec![("user-agent", "VLC/3.0.20 LibVLC/3.0.20")];
         if i % 5 == 0 {
-            request = request
-                .header("range", "bytes=0-99")
-                .header("referer", "https://player.example/q?a=\"b\"");
+            headers.push(("range", "bytes=0-99"));
+            headers.push(("referer", "https://player.example/q?a=\"b\""));
         }
-        request
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        fetch_with(&full, &headers).await;
     }
-    http.get(server.url("/musicdb/nope/x.mp3"))
-        .send()
-        .await
-        .expect("GET");
+    http_get(server.url("/musicdb/nope/x.mp3")).await;
     server.shutdown().await;
     let lines = lines(&path);
     assert_eq!(
@@ -128,17 +126,12 @@ fn regex_like_combined() -> impl Fn(&str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_lines_carry_every_field() {
     let (_env, server, path, _scratch, url) = logging_server(&["access_log.format=json"]).await;
-    client()
-        .get(server.url(&url))
-        .header("range", "bytes=10-19")
-        .header("user-agent", "mpv")
-        .header("x-request-id", "json-1")
-        .send()
-        .await
-        .expect("GET")
-        .bytes()
-        .await
-        .expect("body");
+    let headers = [
+        ("range", "bytes=10-19"),
+        ("user-agent", "mpv"),
+        ("x-request-id", "json-1"),
+    ];
+    fetch_with(&server.url(&url), &headers).await;
     server.shutdown().await;
     let lines = lines(&path);
     assert_eq!(lines.len(), 1);
@@ -187,12 +180,7 @@ async fn the_client_is_taken_from_trusted_proxies_only() {
     .await
     .expect("client");
     server.shutdown().await;
-    // Each event loop writes its own batches: lines are complete, not in request order.
-    let mut clients: Vec<String> = lines(&path)
-        .iter()
-        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
-        .collect();
-    clients.sort();
+    let clients = logged_clients(&path);
     assert_eq!(
         clients,
         ["192.0.2.33", "198.51.100.4", "198.51.100.9", "203.0.113.5"]
@@ -263,12 +251,7 @@ async fn the_proxy_protocol_names_the_client_and_is_required() {
     .await
     .expect("client");
     server.shutdown().await;
-    // Each event loop writes its own batches: lines are complete, not in request order.
-    let mut clients: Vec<String> = lines(&path)
-        .iter()
-        .map(|l| l.split(' ').next().unwrap_or_default().to_string())
-        .collect();
-    clients.sort();
+    let clients = logged_clients(&path);
     assert_eq!(clients, ["192.0.2.10", "198.51.100.20"]);
 }
 
@@ -277,22 +260,17 @@ async fn the_proxy_protocol_names_the_client_and_is_required() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn goaccess_reads_every_line() {
     let (_env, server, path, scratch, url) = logging_server(&[]).await;
-    let http = client();
     for i in 0..120 {
         let target = if i % 10 == 0 {
             "/musicdb/nope/x.mp3".to_string()
         } else {
             url.clone()
         };
-        http.get(server.url(&target))
-            .header("user-agent", "Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0")
-            .header("referer", "https://player.example/")
-            .send()
-            .await
-            .expect("GET")
-            .bytes()
-            .await
-            .expect("body");
+        let headers = [
+            ("user-agent", "Mozilla/5.0 (X11; Linux x86_64) Chrome/120.0"),
+            ("referer", "https://player.example/"),
+        ];
+        fetch_with(&server.url(&target), &headers).await;
     }
     server.shutdown().await;
     let report = scratch.path().join("report.json");
@@ -316,18 +294,8 @@ async fn goaccess_reads_every_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grafana_dashboard_queries_only_metrics_that_exist() {
     let (_env, server, _path, _scratch, url) = logging_server(&[]).await;
-    let http = client();
-    http.get(server.url(&url))
-        .send()
-        .await
-        .expect("GET")
-        .bytes()
-        .await
-        .expect("body");
-    http.get(server.url("/musicdb/nope/x"))
-        .send()
-        .await
-        .expect("GET");
+    fetch(&server.url(&url)).await;
+    http_get(server.url("/musicdb/nope/x")).await;
     let metrics = server.metrics().await;
     for series in [
         "musicd_request_duration_seconds_bucket{route=\"track\",status=\"2xx\",le=\"+Inf\"} 1",

@@ -1,12 +1,11 @@
 //! The binaries as an operator runs them: `musicd run` with a config file (access log,
 //! graceful stop, config errors) and `musicctl import` / `resolve`.
 
-use crate::harness::fetch_with;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::daemon::Daemon;
-use crate::harness::{TestEnv, client, free_port, pattern};
+use crate::harness::{TestEnv, fetch_with, free_port, http_get, pattern};
 use mongodb::bson::{Bson, doc};
 use reqwest::StatusCode;
 
@@ -25,15 +24,11 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
     .await;
     assert_eq!(small.0, StatusCode::PARTIAL_CONTENT);
     fetch_with(&url, &[("range", "bytes=0-9")]).await;
-    let bad = client()
-        .get(format!("{}/musicdb/nope", daemon.base))
-        .send()
-        .await
-        .expect("GET");
+    let bad = http_get(format!("{}/musicdb/nope", daemon.base)).await;
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 
     // A slow download in flight when SIGTERM arrives still completes.
-    let mut download = client().get(&url).send().await.expect("GET");
+    let mut download = http_get(&url).await;
     let mut received = download
         .chunk()
         .await
@@ -187,12 +182,8 @@ async fn musicctl_import_is_idempotent_and_resolve_explains_an_id() {
     let report: serde_json::Value = serde_json::from_slice(&found.stdout).expect("json");
     assert_eq!(report["database"], "found");
     assert_eq!(report["servable"], true);
-    assert!(
-        report["file"]
-            .as_str()
-            .expect("file")
-            .ends_with("Artist/Two_Song.flac")
-    );
+    let file = report["file"].as_str().unwrap_or_default();
+    assert!(file.ends_with("Artist/Two_Song.flac"), "{report}");
 
     let missing = resolve("0123456789abcdef01234567");
     assert_eq!(missing.status.code(), Some(1));

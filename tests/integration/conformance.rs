@@ -6,9 +6,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::harness::corpus;
 use crate::harness::raw::{closes_within, connect, exchange, read_responses};
-use crate::harness::{TestEnv, pattern};
+use crate::harness::{TestEnv, corpus, pattern};
 
 /// A musicd with one 300 KiB track (over the in-memory limit: sent from the open file).
 async fn server_with_track(

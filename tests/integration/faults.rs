@@ -6,11 +6,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::harness::load::{Check, hammer_checked};
-use crate::harness::{Server, TestEnv, client, pattern, shared_mongo, shared_redis};
+use crate::harness::{Server, TestEnv, http_get, pattern, shared_mongo, shared_redis};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
 /// Every answer must be 200 with the exact bytes of its track.
+/// Four keep-alive clients fetch `tracks` until `total` requests or `stop`, every answer
+/// checked against its track's bytes.
+fn hammer_exact(
+    tracks: Vec<(String, Vec<u8>)>,
+    total: u64,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<crate::harness::load::LoadReport> {
+    let urls: Vec<String> = tracks.iter().map(|(u, _)| u.clone()).collect();
+    tokio::spawn(hammer_checked(
+        urls,
+        exact(tracks),
+        total,
+        4,
+        Arc::clone(stop),
+        true,
+    ))
+}
+
 fn exact(tracks: Vec<(String, Vec<u8>)>) -> Check {
     let tracks: std::collections::HashMap<String, Vec<u8>> = tracks.into_iter().collect();
     Arc::new(move |url, status, _, body| {
@@ -41,16 +59,8 @@ async fn redis_restarted_during_load_fails_no_request() {
         let (id, _) = env.track(&format!("t{i}.mp3"), &bytes).await;
         tracks.push((server.track_url(&id), bytes));
     }
-    let urls: Vec<String> = tracks.iter().map(|(u, _)| u.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(hammer_checked(
-        urls,
-        exact(tracks),
-        6000,
-        4,
-        stop.clone(),
-        true,
-    ));
+    let load = hammer_exact(tracks, 6000, &stop);
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::task::block_in_place(|| redis.kill());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -81,10 +91,7 @@ async fn mongodb_stopped_during_load_keeps_cached_ids_and_503s_the_rest() {
         let bytes = pattern(3000 + i * 10, 100 + i as u64);
         let (id, _) = env.track(&format!("c{i}.mp3"), &bytes).await;
         let url = server.track_url(&id);
-        assert_eq!(
-            client().get(&url).send().await.expect("warm").status(),
-            StatusCode::OK
-        );
+        assert_eq!(http_get(&url).await.status(), StatusCode::OK);
         cached.push((url, bytes));
     }
     let mut uncached = Vec::new();
@@ -94,21 +101,13 @@ async fn mongodb_stopped_during_load_keeps_cached_ids_and_503s_the_rest() {
     }
     env.make_durable().await;
 
-    let urls: Vec<String> = cached.iter().map(|(u, _)| u.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(hammer_checked(
-        urls,
-        exact(cached),
-        1_000_000,
-        4,
-        stop.clone(),
-        true,
-    ));
+    let load = hammer_exact(cached, 1_000_000, &stop);
     tokio::time::sleep(Duration::from_millis(200)).await;
     tokio::task::block_in_place(|| mongo.kill());
     let mut during = 0;
     for url in &uncached[..10] {
-        let response = client().get(url).send().await.expect("GET");
+        let response = http_get(url).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(
             response
@@ -123,7 +122,7 @@ async fn mongodb_stopped_during_load_keeps_cached_ids_and_503s_the_rest() {
     // Back without restarting musicd.
     let mut recovered = false;
     for _ in 0..100 {
-        let response = client().get(&uncached[20]).send().await.expect("GET");
+        let response = http_get(&uncached[20]).await;
         match response.status() {
             StatusCode::OK => {
                 recovered = true;
@@ -247,11 +246,7 @@ async fn files_replaced_and_truncated_during_load_never_give_a_mixed_body() {
         assert!(report.failed * 20 <= report.sent, "{report:?}");
         assert!(report.ok > 50, "{report:?}");
         // The server is still there.
-        let unknown = client()
-            .get(server.track_url(&ObjectId::new()))
-            .send()
-            .await
-            .expect("GET");
+        let unknown = http_get(server.track_url(&ObjectId::new())).await;
         assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     }
 }

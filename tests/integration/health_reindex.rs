@@ -1,7 +1,7 @@
 //! `musicctl health` exit codes against real outages, `musicctl reindex` (and `--prune`) on
 //! 100,000 documents, and both over a Redis Cluster and a MongoDB replica set.
 
-use crate::harness::{RedisCluster, ReplicaSet, Server, TestEnv, shared_mongo};
+use crate::harness::{RedisCluster, ReplicaSet, Server, TestEnv, http_get, shared_mongo};
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Document, doc};
 use redis::AsyncCommands;
@@ -134,10 +134,7 @@ async fn reindex_of_100k_documents_counts_every_kind_and_prune_removes_stale_ent
         .get_multiplexed_async_connection()
         .await
         .expect("redis");
-    let size: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let size: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(size, 0, "a dry run writes nothing");
 
     let report = reindex(&env, &[]);
@@ -147,10 +144,7 @@ async fn reindex_of_100k_documents_counts_every_kind_and_prune_removes_stale_ent
     assert_eq!(report["outside_roots"], 300);
     assert_eq!(report["invalid_document"], 200);
     assert_eq!(report["write_failed"], 0);
-    let size: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let size: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(size, 99_000);
     let first: Document = env
         .tracks
@@ -196,10 +190,7 @@ async fn reindex_of_100k_documents_counts_every_kind_and_prune_removes_stale_ent
     assert_eq!(report["pruned"], 9_900 + 100, "{report}");
     let value: String = conn.get(env.key(&hidden)).await.expect("get");
     assert!(value.ends_with("new.mp3"));
-    let size: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let size: u64 = crate::harness::dbsize(&mut conn).await;
     // 99,000 - 9,900 - 100 good entries, the re-indexed hidden track, the foreign key.
     assert_eq!(size, 99_000 - 9_900 - 100 + 1 + 1);
     let exists: bool = conn.exists(&foreign).await.expect("exists");
@@ -226,11 +217,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
 
     let server = env.musicd().await;
     for (i, id) in ids.iter().enumerate() {
-        let response = crate::harness::client()
-            .get(server.track_url(id))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.track_url(id)).await;
         assert_eq!(response.status(), reqwest::StatusCode::OK);
         assert_eq!(
             response.bytes().await.expect("body").as_ref(),
@@ -238,11 +225,7 @@ async fn musicd_and_reindex_work_over_a_redis_cluster_and_a_mongodb_replica_set(
         );
     }
     let unknown = ObjectId::new();
-    let response = crate::harness::client()
-        .get(server.track_url(&unknown))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&unknown)).await;
     assert_eq!(response.status(), reqwest::StatusCode::NOT_FOUND);
     // Negative entry written through the cluster connection.
     assert_eq!(cluster.sizes().iter().sum::<u64>(), 51);

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::harness::{TestEnv, client, fetch_with, pattern};
+use crate::harness::{TestEnv, client, fetch_with, http_get, pattern};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 use reqwest::header::{self, HeaderMap};
@@ -17,16 +17,10 @@ fn h<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_track_is_served_whole_with_its_validators_and_cached() {
-    let env = TestEnv::new().await;
     let bytes = pattern(300_000, 1);
-    let (id, path) = env.track("album/One Song.mp3", &bytes).await;
-    let server = env.musicd().await;
+    let (env, server, id, path) = TestEnv::serving("album/One Song.mp3", &bytes).await;
 
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::OK);
     let headers = response.headers().clone();
     assert_eq!(h(&headers, "content-type"), "audio/mpeg");
@@ -68,7 +62,7 @@ async fn every_route_form_serves_the_same_track() {
         format!("/stream/musicdb/{hex}/x.mp3"),
         format!("/stream/musicdb/{hex}"),
     ] {
-        let response = client().get(server.url(&path)).send().await.expect("GET");
+        let response = http_get(server.url(&path)).await;
         assert_eq!(response.status(), StatusCode::OK, "{path}");
         assert_eq!(
             response.bytes().await.expect("body").as_ref(),
@@ -83,11 +77,7 @@ async fn head_answers_the_headers_of_get_without_a_body() {
     let env = TestEnv::new().await;
     let (id, _) = env.track("a.flac", &pattern(5000, 3)).await;
     let server = env.musicd().await;
-    let get = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let get = http_get(server.track_url(&id)).await;
     let head = client()
         .head(server.track_url(&id))
         .send()
@@ -216,7 +206,7 @@ async fn conditional_requests_give_304_412_and_if_range_falls_back_to_200() {
     let (id, _) = env.track("c.m4a", &bytes).await;
     let server = env.musicd().await;
     let url = server.track_url(&id);
-    let first = client().get(&url).send().await.expect("GET");
+    let first = http_get(&url).await;
     assert_eq!(h(first.headers(), "content-type"), "audio/mp4");
     let etag = h(first.headers(), "etag").to_string();
     let last_modified = h(first.headers(), "last-modified").to_string();
@@ -286,7 +276,7 @@ async fn a_replaced_file_gets_a_new_etag_and_stale_if_range_gets_the_new_bytes()
     let (id, path) = env.track("r.mp3", &pattern(4000, 8)).await;
     let server = env.musicd().await;
     let url = server.track_url(&id);
-    let old = client().get(&url).send().await.expect("GET");
+    let old = http_get(&url).await;
     let old_etag = h(old.headers(), "etag").to_string();
 
     let new_bytes = pattern(4100, 9);
@@ -311,29 +301,17 @@ async fn an_invalid_id_is_400_and_an_unknown_id_is_404_with_json_and_a_negative_
         "0123456789abcdef0123456",
         "zz23456789abcdef01234567",
     ] {
-        let response = client()
-            .get(server.url(&format!("/musicdb/{bad}/x.mp3")))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.url(&format!("/musicdb/{bad}/x.mp3"))).await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
         assert_eq!(h(response.headers(), "content-type"), "application/json");
         let body: serde_json::Value = response.json().await.expect("json");
         assert_eq!(body["id"], bad);
-        assert!(
-            body["error"]
-                .as_str()
-                .expect("error text")
-                .contains("invalid")
-        );
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains("invalid"), "{body}");
     }
 
     let unknown = ObjectId::new();
-    let response = client()
-        .get(server.track_url(&unknown))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&unknown)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let body: serde_json::Value = response.json().await.expect("json");
     assert_eq!(body["id"], unknown.to_hex());
@@ -343,7 +321,7 @@ async fn an_invalid_id_is_400_and_an_unknown_id_is_404_with_json_and_a_negative_
         "negative entry cached"
     );
 
-    let response = client().get(server.url("/nope")).send().await.expect("GET");
+    let response = http_get(server.url("/nope")).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let response = client()
         .post(server.track_url(&unknown))
@@ -363,11 +341,7 @@ async fn an_id_inserted_after_its_negative_entry_is_served_once_the_entry_expire
     .await;
     let server = env.musicd().await;
     let id = ObjectId::new();
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
     let path = env.write_file("late.mp3", b"late bytes");
@@ -376,19 +350,11 @@ async fn an_id_inserted_after_its_negative_entry_is_served_once_the_entry_expire
         .await
         .expect("insert");
     // Still negative right away: the entry protects MongoDB from repeated bad ids.
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
     tokio::time::sleep(Duration::from_millis(1300)).await;
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         response.bytes().await.expect("body").as_ref(),
@@ -413,11 +379,7 @@ async fn paths_outside_the_media_roots_are_refused_with_403() {
     let relative = env.insert("relative/path.mp3").await;
 
     for id in [dotdot, via_symlink, absolute_outside, relative] {
-        let response = client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.track_url(&id)).await;
         assert_eq!(response.status(), StatusCode::FORBIDDEN, "{id}");
         let body = response.text().await.expect("body");
         assert!(!body.contains("top secret"));
@@ -435,29 +397,16 @@ async fn a_file_deleted_after_it_was_cached_is_404_not_500() {
     let dir_id = env.insert(&env.media.display().to_string()).await;
     let server = env.musicd().await;
     assert_eq!(
-        client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET")
-            .status(),
+        http_get(server.track_url(&id)).await.status(),
         StatusCode::OK
     );
     std::fs::remove_file(&path).expect("delete");
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     let body: serde_json::Value = response.json().await.expect("json");
     assert!(body["error"].as_str().expect("text").contains("missing"));
 
-    let response = client()
-        .get(server.track_url(&dir_id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&dir_id)).await;
     assert_eq!(
         response.status(),
         StatusCode::NOT_FOUND,
@@ -474,11 +423,7 @@ async fn a_document_without_a_string_path_is_404() {
         .await
         .expect("insert");
     let server = env.musicd().await;
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
 }
 
@@ -498,11 +443,7 @@ async fn audio_types_by_extension() {
         ("a.bin", "application/octet-stream"),
     ] {
         let (id, _) = env.track(name, b"x").await;
-        let response = client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.track_url(&id)).await;
         assert_eq!(h(response.headers(), "content-type"), expected, "{name}");
     }
 }
@@ -514,11 +455,7 @@ async fn a_file_truncated_while_streaming_ends_the_response_and_the_server_lives
     let (id, path) = env.track("trunc.mp3", &bytes).await;
     let server = env.musicd().await;
 
-    let mut response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let mut response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::OK);
     let first = response
         .chunk()
@@ -550,11 +487,7 @@ async fn a_file_truncated_while_streaming_ends_the_response_and_the_server_lives
     );
 
     let (other, _) = env.track("after.mp3", b"still here").await;
-    let response = client()
-        .get(server.track_url(&other))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&other)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         response.bytes().await.expect("body").as_ref(),
@@ -569,11 +502,7 @@ async fn offload_modes_answer_with_the_internal_redirect_header() {
     let env = TestEnv::with(&redis, &mongo, &["serve_mode=x-accel-redirect"]).await;
     let (id, _) = env.track("Artist/My Song #1.mp3", &pattern(100, 11)).await;
     let server = env.musicd().await;
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         h(response.headers(), "x-accel-redirect"),
@@ -585,11 +514,7 @@ async fn offload_modes_answer_with_the_internal_redirect_header() {
     let env = TestEnv::with(&redis, &mongo, &["serve_mode=x-sendfile"]).await;
     let (id, path) = env.track("s.mp3", b"abc").await;
     let server = env.musicd().await;
-    let response = client()
-        .get(server.track_url(&id))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.track_url(&id)).await;
     assert_eq!(
         h(response.headers(), "x-sendfile"),
         path.display().to_string()
@@ -600,19 +525,11 @@ async fn offload_modes_answer_with_the_internal_redirect_header() {
 async fn healthz_and_readyz_report_json() {
     let env = TestEnv::new().await;
     let server = env.musicd().await;
-    let response = client()
-        .get(server.url("/healthz"))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.url("/healthz")).await;
     assert_eq!(response.status(), StatusCode::OK);
     let body: serde_json::Value = response.json().await.expect("json");
     assert_eq!(body["status"], "ok");
-    let response = client()
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.url("/readyz")).await;
     assert_eq!(response.status(), StatusCode::OK);
     let body: serde_json::Value = response.json().await.expect("json");
     assert_eq!(body["status"], "ready");
@@ -626,32 +543,16 @@ async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
     let (id, _) = env.track("m.mp3", &pattern(1000, 12)).await;
     let server = env.musicd().await;
     for _ in 0..3 {
-        let response = client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.track_url(&id)).await;
         response.bytes().await.expect("body");
     }
     let unknown = ObjectId::new();
-    client()
-        .get(server.track_url(&unknown))
-        .send()
-        .await
-        .expect("GET");
-    client()
-        .get(server.url("/musicdb/bad/x.mp3"))
-        .send()
-        .await
-        .expect("GET");
+    http_get(server.track_url(&unknown)).await;
+    http_get(server.url("/musicdb/bad/x.mp3")).await;
     // Let the connection count the last answer (it counts once the body is written).
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    let response = client()
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.url("/metrics")).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert!(h(response.headers(), "content-type").starts_with("text/plain; version=0.0.4"));
     let text = response.text().await.expect("text");

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, client, http_get, pattern};
 use reqwest::StatusCode;
 
 /// Reads until the server closes; returns what arrived and how long it took.
@@ -72,11 +72,7 @@ async fn oversized_heads_and_urls_are_refused() {
         TestEnv::shared_with(&["limits.max_header_bytes=8192", "limits.max_uri_bytes=512"]).await;
     let server = env.musicd().await;
     let long_url = format!("/musicdb/{}/x.mp3", "a".repeat(600));
-    let response = client()
-        .get(server.url(&long_url))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(server.url(&long_url)).await;
     assert_eq!(response.status(), StatusCode::URI_TOO_LONG);
     let response = client()
         .get(server.url("/healthz"))
@@ -90,12 +86,7 @@ async fn oversized_heads_and_urls_are_refused() {
     }
     // The server is fine afterwards.
     assert_eq!(
-        client()
-            .get(server.url("/healthz"))
-            .send()
-            .await
-            .expect("GET")
-            .status(),
+        http_get(server.url("/healthz")).await.status(),
         StatusCode::OK
     );
 }

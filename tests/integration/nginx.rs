@@ -1,9 +1,8 @@
 //! Real nginx in front of musicd with `deploy/nginx.conf`: x-accel-redirect offload (nginx
 //! sends the bytes) and plain proxying.
 
-use crate::harness::fetch_with;
 use crate::harness::nginx::Nginx;
-use crate::harness::{TestEnv, client, pattern, shared_mongo, shared_redis};
+use crate::harness::{TestEnv, client, fetch_with, http_get, pattern, shared_mongo, shared_redis};
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
@@ -30,7 +29,7 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
     let nginx = Nginx::start_deploy_config(&server.addr.to_string(), &env.media);
     let url = nginx.url(&format!("/musicdb/{}/song.mp3", id.to_hex()));
 
-    let response = client().get(&url).send().await.expect("GET");
+    let response = http_get(&url).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         header(&response, "content-type"),
@@ -54,29 +53,14 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
     assert_eq!(body.as_ref(), &bytes[1000..2000]);
 
     let stream_url = nginx.url(&format!("/stream/musicdb/{}", id.to_hex()));
-    assert_eq!(
-        client()
-            .get(&stream_url)
-            .send()
-            .await
-            .expect("GET")
-            .status(),
-        StatusCode::OK
-    );
+    assert_eq!(http_get(&stream_url).await.status(), StatusCode::OK);
 
-    let unknown = client()
-        .get(nginx.url(&format!("/musicdb/{}/x.mp3", ObjectId::new().to_hex())))
-        .send()
-        .await
-        .expect("GET");
+    let unknown =
+        http_get(nginx.url(&format!("/musicdb/{}/x.mp3", ObjectId::new().to_hex()))).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
     let body: serde_json::Value = unknown.json().await.expect("musicd's JSON body");
     assert_eq!(body["error"], "unknown track id");
-    let invalid = client()
-        .get(nginx.url("/musicdb/nope/x.mp3"))
-        .send()
-        .await
-        .expect("GET");
+    let invalid = http_get(nginx.url("/musicdb/nope/x.mp3")).await;
     assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
 
     // musicd caches the offload answer after the first request, but never past its file.
@@ -84,16 +68,16 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
     // `open_file_cache_valid`, which is nginx's choice, documented in deploy/nginx.conf.)
     let direct_url = server.track_url(&id);
     let offload = |response: &reqwest::Response| header(response, "x-accel-redirect");
-    let before = client().get(&direct_url).send().await.expect("GET");
+    let before = http_get(&direct_url).await;
     assert_eq!(before.status(), StatusCode::OK);
     assert_eq!(offload(&before), "/internal/0/Artist/My%20Song%20%231.mp3");
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, pattern(150_000, 2)).expect("write");
     std::fs::rename(&tmp, &path).expect("rename");
-    let replaced = client().get(&direct_url).send().await.expect("GET");
+    let replaced = http_get(&direct_url).await;
     assert_eq!(offload(&replaced), offload(&before));
     std::fs::remove_file(&path).expect("rm");
-    let gone = client().get(&url).send().await.expect("GET");
+    let gone = http_get(&url).await;
     assert_eq!(
         gone.status(),
         StatusCode::NOT_FOUND,
@@ -108,23 +92,17 @@ async fn x_accel_redirect_through_nginx_serves_200_206_and_passes_errors() {
     );
 
     // The internal location cannot be fetched directly.
-    let direct = client()
-        .get(nginx.url("/internal/0/Artist/My%20Song%20%231.mp3"))
-        .send()
-        .await
-        .expect("GET");
+    let direct = http_get(nginx.url("/internal/0/Artist/My%20Song%20%231.mp3")).await;
     assert_eq!(direct.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_proxying_through_nginx_keeps_ranges_and_validators() {
-    let env = TestEnv::new().await;
     let bytes = pattern(50_000, 2);
-    let (id, _) = env.track("p.flac", &bytes).await;
-    let server = env.musicd().await;
+    let (env, server, id, _) = TestEnv::serving("p.flac", &bytes).await;
     let nginx = Nginx::start_deploy_config(&server.addr.to_string(), &env.media);
     let url = nginx.url(&format!("/musicdb/{}/p.flac", id.to_hex()));
-    let response = client().get(&url).send().await.expect("GET");
+    let response = http_get(&url).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(header(&response, "content-type"), "audio/flac");
     let etag = header(&response, "etag");
@@ -144,11 +122,7 @@ async fn plain_proxying_through_nginx_keeps_ranges_and_validators() {
         response.bytes().await.expect("body").as_ref(),
         &bytes[49_990..]
     );
-    let healthz = client()
-        .get(nginx.url("/healthz"))
-        .send()
-        .await
-        .expect("GET");
+    let healthz = http_get(nginx.url("/healthz")).await;
     assert_eq!(healthz.status(), StatusCode::OK);
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use crate::harness::load::hammer;
-use crate::harness::{RedisCluster, Server, TestEnv, pattern, shared_mongo};
+use crate::harness::{RedisCluster, Server, TestEnv, http_get, pattern, shared_mongo};
 use redis::AsyncCommands;
 
 /// Keys no shell pipeline survives.
@@ -73,10 +73,7 @@ async fn purge_removes_200k_keys_with_any_bytes_and_nothing_else() {
         .map(|i| format!("other_{i}").into_bytes())
         .chain(awkward("keep_"));
     fill(&mut conn, survivors).await;
-    let total: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let total: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(total, 200_000 + 8 + 1000 + 8);
 
     let glob = format!("{prefix}*");
@@ -84,20 +81,14 @@ async fn purge_removes_200k_keys_with_any_bytes_and_nothing_else() {
     assert_eq!(code, Some(0));
     assert_eq!(dry["matched"], 200_008);
     assert_eq!(dry["removed"], 0);
-    let after_dry: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let after_dry: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(after_dry, total, "a dry run deletes nothing");
 
     let (code, report, stderr) = run_purge(&env, &[&glob, "--json", "--batch", "500"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(report["removed"], 200_008, "{report}");
     assert_eq!(report["failed"], 0);
-    let left: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let left: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(left, 1008, "only the non-matching keys are left");
     for key in awkward("keep_") {
         let exists: bool = conn.exists(key.as_slice()).await.expect("exists");
@@ -118,10 +109,7 @@ async fn purge_refuses_a_match_everything_pattern_without_force_and_purges_one_i
     let (code, _, stderr) = run_purge(&env, &["*"]);
     assert_eq!(code, Some(2));
     assert!(stderr.contains("--force"), "{stderr}");
-    let size: u64 = redis::cmd("DBSIZE")
-        .query_async(&mut conn)
-        .await
-        .expect("dbsize");
+    let size: u64 = crate::harness::dbsize(&mut conn).await;
     assert_eq!(size, 10);
     let (code, report, _) = run_purge(&env, &["*", "--force", "--json"]);
     assert_eq!((code, report["removed"].as_u64()), (Some(0), Some(10)));
@@ -208,11 +196,7 @@ async fn purge_while_musicd_serves_costs_no_request_and_the_cache_refills() {
     // Once the in-process answer (1 s) runs out, the next request refills Redis from MongoDB.
     let mut refilled = false;
     for _ in 0..30 {
-        let response = crate::harness::client()
-            .get(server.track_url(&id))
-            .send()
-            .await
-            .expect("GET");
+        let response = http_get(server.track_url(&id)).await;
         assert_eq!(response.status(), reqwest::StatusCode::OK);
         if env.cached(&id).await == Some(path.display().to_string().into_bytes()) {
             refilled = true;
@@ -234,13 +218,7 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
         assert_eq!(body.as_ref(), b"old version");
     }
     // The catalogue moves the track; the operator purges its cache entry.
-    env.tracks
-        .update_one(
-            mongodb::bson::doc! { "_id": id },
-            mongodb::bson::doc! { "$set": { "path": new_path.display().to_string() } },
-        )
-        .await
-        .expect("update");
+    env.set_path(&id, &new_path).await;
     let purged_at = std::time::Instant::now();
     let (code, _, _) = tokio::task::block_in_place(|| run_purge(&env, &["--id", &id.to_hex()]));
     assert_eq!(code, Some(0));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::load::hammer;
 use crate::harness::supervised::{Supervised, alive, signal};
-use crate::harness::{TestEnv, client, free_port, pattern};
+use crate::harness::{TestEnv, client, free_port, http_get, pattern};
 use reqwest::StatusCode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -42,11 +42,7 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
             "no new worker within 1 s: {}",
             daemon.state()
         );
-        let response = client()
-            .get(&url)
-            .send()
-            .await
-            .expect("served by the new worker");
+        let response = http_get(&url).await;
         assert_eq!(response.status(), StatusCode::OK);
         comebacks.push(killed_at.elapsed());
     }
@@ -192,7 +188,7 @@ async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
         let daemon = Supervised::start(&env);
         let url = format!("{}/musicdb/{}/c.mp3", daemon.base_url(), id.to_hex());
         let supervisor = daemon.supervisor_pid();
-        let mut response = client().get(&url).send().await.expect("GET");
+        let mut response = http_get(&url).await;
         let mut received = 0usize;
         let reader = tokio::spawn(async move {
             let started = Instant::now();
@@ -250,11 +246,7 @@ async fn sigusr1_reopens_the_log_file_after_rotation() {
     std::fs::rename(&log, &rotated).expect("rotate");
     signal(daemon.supervisor_pid(), libc::SIGUSR1);
     std::thread::sleep(Duration::from_millis(300));
-    let response = client()
-        .get(format!("{}/healthz", daemon.base_url()))
-        .send()
-        .await
-        .expect("GET");
+    let response = http_get(format!("{}/healthz", daemon.base_url())).await;
     assert_eq!(response.status(), StatusCode::OK);
     // The access line (on stderr, so in this file) is written within its second.
     let line = "\"GET /healthz HTTP/1.1\" 200 ";

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 
 use crate::harness::daemon::Daemon;
 use crate::harness::{
-    RedisCluster, ReplicaSet, TestEnv, client, metric, shared_redis, shared_replica_set,
+    RedisCluster, ReplicaSet, TestEnv, http_get, metric, shared_redis, shared_replica_set,
 };
 
 /// Test lease: a dead follower is replaced within 1.5 s.
@@ -49,7 +49,7 @@ async fn the_follower(bases: &[&str], within: Duration) -> usize {
 }
 
 async fn get(url: &str) -> (StatusCode, bytes::Bytes) {
-    let response = client().get(url).send().await.expect("GET");
+    let response = http_get(url).await;
     let status = response.status();
     (status, response.bytes().await.expect("body"))
 }
@@ -142,13 +142,7 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
                         let moved = env.write_file(&format!("moved/m{i}.mp3"), after.as_bytes());
                         // Cached before the change: the old answer is what Redis holds.
                         assert_eq!(get(&server.track_url(&id)).await.0, StatusCode::OK);
-                        env.tracks
-                            .update_one(
-                                doc! { "_id": id },
-                                doc! { "$set": { "path": moved.display().to_string() } },
-                            )
-                            .await
-                            .expect("update");
+                        env.set_path(&id, &moved).await;
                         (id, StatusCode::OK, Some(after.into_bytes()))
                     }
                     Change::Delete => {
@@ -275,17 +269,11 @@ async fn only_changes_of_the_path_field_touch_redis() {
     // A path change after it proves the follower has passed the first update.
     let (witness, _) = env.track("w.mp3", b"w").await;
     let moved = env.write_file("w2.mp3", b"w2");
-    env.tracks
-        .update_one(
-            doc! { "_id": witness },
-            doc! { "$set": { "path": moved.display().to_string() } },
-        )
-        .await
-        .expect("update witness");
+    env.set_path(&witness, &moved).await;
     until_cached(
         &env,
         &witness,
-        Some(moved.display().to_string().as_bytes()),
+        Some(moved.as_os_str().as_encoded_bytes()),
         Duration::from_secs(5),
         "the follower never wrote the witness",
     )
@@ -320,13 +308,7 @@ async fn changes_made_while_no_musicd_runs_are_applied_from_the_resume_point() {
     server.shutdown().await;
 
     let new_path = env.write_file("a2.mp3", b"new");
-    env.tracks
-        .update_one(
-            doc! { "_id": moved_id },
-            doc! { "$set": { "path": new_path.display().to_string() } },
-        )
-        .await
-        .expect("update");
+    env.set_path(&moved_id, &new_path).await;
     env.tracks
         .delete_one(doc! { "_id": deleted_id })
         .await
@@ -379,13 +361,7 @@ async fn a_killed_follower_is_replaced_and_no_change_is_lost() {
                 &format!("v{round}/k{t}.mp3"),
                 format!("v{round}").as_bytes(),
             );
-            env.tracks
-                .update_one(
-                    doc! { "_id": id },
-                    doc! { "$set": { "path": path.display().to_string() } },
-                )
-                .await
-                .expect("update");
+            env.set_path(id, &path).await;
             changes += 1;
         }
         if round == 3 {
@@ -500,11 +476,7 @@ async fn losing_the_primary_costs_only_uncached_ids_and_only_during_the_election
                     break;
                 }
                 let sent_at = started.elapsed();
-                let response = client()
-                    .get(server.track_url(&id))
-                    .send()
-                    .await
-                    .expect("GET");
+                let response = http_get(server.track_url(&id)).await;
                 let status = response.status();
                 let retry_after = response.headers().contains_key("retry-after");
                 outcomes.push((sent_at, status, retry_after, started.elapsed() - sent_at));
@@ -685,13 +657,7 @@ async fn a_redis_cluster_failover_fails_no_track_request() {
     assert!(hits_before >= before);
     // The follower still follows and indexes over the cluster's new master.
     let moved = env.write_file("moved.mp3", b"moved");
-    env.tracks
-        .update_one(
-            doc! { "_id": ids[0] },
-            doc! { "$set": { "path": moved.display().to_string() } },
-        )
-        .await
-        .expect("update");
+    env.set_path(&ids[0], &moved).await;
     served_within(
         &server.track_url(&ids[0]),
         StatusCode::OK,
@@ -747,17 +713,11 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let moved = env.write_file("b.mp3", b"b");
-    env.tracks
-        .update_one(
-            doc! { "_id": id },
-            doc! { "$set": { "path": moved.display().to_string() } },
-        )
-        .await
-        .expect("update");
+    env.set_path(&id, &moved).await;
     until_cached(
         &env,
         &id,
-        Some(moved.display().to_string().as_bytes()),
+        Some(moved.as_os_str().as_encoded_bytes()),
         Duration::from_secs(5),
         "musicctl watch did not index the move",
     )

@@ -1,12 +1,11 @@
 //! HTTP/1.1 as musicd speaks it on the wire, over raw TCP: pipelining, HTTP/1.0, request
 //! bodies, and large files sent from the open-file cache with sendfile or copied.
 
-use crate::harness::fetch_with;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use crate::harness::{TestEnv, client, pattern};
+use crate::harness::{TestEnv, fetch_with, http_get, pattern};
 use reqwest::StatusCode;
 
 /// One parsed response off a raw connection.
@@ -148,10 +147,8 @@ async fn pipelined_requests_are_answered_in_order_in_one_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_1_0_closes_unless_asked_and_bodies_are_framed_safely() {
-    let env = TestEnv::new().await;
     let small = pattern(2000, 3);
-    let (id, _) = env.track("one.mp3", &small).await;
-    let server = env.musicd().await;
+    let (_env, server, id, _) = TestEnv::serving("one.mp3", &small).await;
     let addr = server.addr;
     tokio::task::spawn_blocking(move || {
         // HTTP/1.0 without keep-alive: one answer, then the server closes.
@@ -231,7 +228,7 @@ async fn large_files_from_the_open_file_cache_follow_replacements() {
         let server = env.musicd().await;
         let url = server.track_url(&id);
         for _ in 0..3 {
-            let body = client().get(&url).send().await.expect("GET");
+            let body = http_get(&url).await;
             assert_eq!(body.status(), StatusCode::OK);
             assert_eq!(body.bytes().await.expect("body"), v1, "{zero_copy}");
         }
@@ -240,7 +237,7 @@ async fn large_files_from_the_open_file_cache_follow_replacements() {
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, &v2).expect("write");
         std::fs::rename(&tmp, &path).expect("rename");
-        let response = client().get(&url).send().await.expect("GET");
+        let response = http_get(&url).await;
         assert_eq!(
             response.headers()["content-length"],
             v2.len().to_string().as_str()
@@ -252,7 +249,7 @@ async fn large_files_from_the_open_file_cache_follow_replacements() {
         assert_eq!(body, &v2[v2.len() - 1000..]);
         // Gone: 404, not the descriptor's old bytes.
         std::fs::remove_file(&path).expect("rm");
-        let gone = client().get(&url).send().await.expect("GET");
+        let gone = http_get(&url).await;
         assert_eq!(gone.status(), StatusCode::NOT_FOUND, "{zero_copy}");
     }
 }

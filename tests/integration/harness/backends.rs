@@ -480,6 +480,14 @@ pub fn shared_replica_set() -> &'static ReplicaSet {
     &SET
 }
 
+/// Keys in the database `conn` is on (`DBSIZE`).
+pub async fn dbsize(conn: &mut impl redis::aio::ConnectionLike) -> u64 {
+    redis::cmd("DBSIZE")
+        .query_async(conn)
+        .await
+        .expect("DBSIZE")
+}
+
 /// Redis shared by the tests of this process (each uses its own key prefix).
 pub fn shared_redis() -> &'static Server {
     static REDIS: LazyLock<Server> = LazyLock::new(|| Server::start(Kind::Redis, shared_tempdir()));

@@ -203,6 +203,26 @@ impl TestEnv {
             .expect("redis GET")
     }
 
+    /// The most common start: a world over the shared servers holding one track, and
+    /// musicd serving it.
+    pub async fn serving(name: &str, bytes: &[u8]) -> (TestEnv, Musicd, ObjectId, PathBuf) {
+        let env = TestEnv::new().await;
+        let (id, path) = env.track(name, bytes).await;
+        let server = env.musicd().await;
+        (env, server, id, path)
+    }
+
+    /// Points a track's document at another path (a move, as the catalogue makes it).
+    pub async fn set_path(&self, id: &ObjectId, path: &std::path::Path) {
+        self.tracks
+            .update_one(
+                doc! { "_id": id },
+                doc! { "$set": { "path": path.display().to_string() } },
+            )
+            .await
+            .expect("update the path");
+    }
+
     /// Starts musicd in-process with this env's config.
     pub async fn musicd(&self) -> Musicd {
         Musicd::start(&self.config).await

@@ -33,6 +33,11 @@ pub fn client() -> reqwest::Client {
         .expect("http client")
 }
 
+/// GET `url` with the harness client: the response, its body not read yet.
+pub async fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Response {
+    client().get(url).send().await.expect("GET sent")
+}
+
 /// GET `url` with extra headers: status, headers and the whole body.
 pub async fn fetch_with(
     url: &str,

@@ -2,8 +2,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::backends::accepts;
+use super::procs::wait_until;
 use super::{free_port, spawn, tempdir};
 
 /// A running nginx.
@@ -66,15 +68,9 @@ impl Nginx {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = spawn(command);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
-                panic!("nginx exited ({status}): {log}");
-            }
-            assert!(Instant::now() < deadline, "nginx did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let up = wait_until(&mut child, Duration::from_secs(10), || accepts(port));
+        let log = || std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+        assert!(up, "nginx did not start: {}", log());
         Nginx {
             port,
             child,

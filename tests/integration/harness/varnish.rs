@@ -3,9 +3,10 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::procs::{spawn, tempdir};
+use super::backends::accepts;
+use super::procs::{spawn, tempdir, wait_until};
 
 /// A running varnishd.
 pub struct Varnish {
@@ -48,14 +49,8 @@ impl Varnish {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = spawn(command);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("varnishd exited: {status}");
-            }
-            assert!(Instant::now() < deadline, "varnishd did not come up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let up = wait_until(&mut child, Duration::from_secs(30), || accepts(port));
+        assert!(up, "varnishd did not come up");
         Varnish {
             port,
             child,
