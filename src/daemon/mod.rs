@@ -309,8 +309,10 @@ pub async fn serve(
         http: listener,
         ops: ops_listener,
     } = listeners;
+    let balance = Arc::new(http::LoopBalance::new(config.worker_threads));
     let options = ServeOptions {
         metrics: Some(Arc::clone(&app.state.metrics)),
+        balance: Some((Arc::clone(&balance), 0)),
         ..ServeOptions::from_config(config)
     };
 
@@ -332,6 +334,7 @@ pub async fn serve(
                 app.clone(),
                 ServeOptions {
                     role: http::ListenerRole::Ops,
+                    balance: None,
                     ..options.clone()
                 },
             );
@@ -365,7 +368,11 @@ pub async fn serve(
     let mut loops = Vec::new();
     for index in 1..config.worker_threads {
         let listener = std_listener_clone(&listener)?;
-        let (app, options, mut stop) = (app.clone(), options.clone(), stop_rx.clone());
+        let options = ServeOptions {
+            balance: Some((Arc::clone(&balance), index)),
+            ..options.clone()
+        };
+        let (app, mut stop) = (app.clone(), stop_rx.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("musicd-loop-{index}"))
             .spawn(move || -> std::io::Result<()> {

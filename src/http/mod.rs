@@ -35,7 +35,7 @@ use crate::config::Config;
 use file::FileSettings;
 
 pub use router::{App, app};
-pub use server::{ListenerRole, ServeOptions, serve};
+pub use server::{ListenerRole, LoopBalance, ServeOptions, serve};
 pub use track::parse_track_id;
 
 /// Why the server could not be set up.

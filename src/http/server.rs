@@ -54,7 +54,69 @@ pub struct ServeOptions {
     pub proxy_protocol: bool,
     /// What this listener serves.
     pub role: ListenerRole,
+    /// The event loops accepting on this socket, and which one this is: a loop holding
+    /// more than its share of connections lets the others accept (see [`LoopBalance`]).
+    pub balance: Option<(Arc<LoopBalance>, usize)>,
 }
+
+/// Spreads connections over event loops that accept on one socket.
+///
+/// Every loop polls the same listening socket, and the kernel wakes them all for each
+/// connection; whichever runs first takes it. Under a burst of connects (a player fleet
+/// reconnecting, wrk starting) one loop could take most of them and keep them for the
+/// life of the keep-alive connections: that loop's core saturates while the other idles,
+/// and tail latency doubles. Like nginx's `accept_mutex`/`accept_disabled`, a loop that
+/// holds more than one connection above the least loaded loop stops accepting for a
+/// moment and leaves the queue to the others. `SO_REUSEPORT` would balance by hash
+/// instead, but needs a socket per loop, which the supervisor's and systemd's single
+/// inherited socket do not give.
+#[derive(Debug)]
+pub struct LoopBalance {
+    live: Box<[std::sync::atomic::AtomicUsize]>,
+    /// Loops that are accepting now: one that never started or has stopped must not make
+    /// the others wait for it.
+    accepting: Box<[std::sync::atomic::AtomicBool]>,
+}
+
+impl LoopBalance {
+    /// For `loops` event loops.
+    pub fn new(loops: usize) -> LoopBalance {
+        LoopBalance {
+            live: (0..loops.max(1)).map(|_| Default::default()).collect(),
+            accepting: (0..loops.max(1)).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Whether loop `me` should leave the next connection to a less loaded loop.
+    fn over_share(&self, me: usize) -> bool {
+        let load = |i: usize| self.live.get(i).map_or(0, |n| n.load(Ordering::Relaxed));
+        let least = (0..self.live.len())
+            .filter(|&i| self.accepting[i].load(Ordering::Relaxed))
+            .map(load)
+            .min()
+            .unwrap_or(0);
+        load(me) > least + 1
+    }
+
+    fn set_accepting(&self, me: usize, accepting: bool) {
+        if let Some(flag) = self.accepting.get(me) {
+            flag.store(accepting, Ordering::Relaxed);
+        }
+    }
+
+    fn add(&self, me: usize, delta: isize) {
+        if let Some(n) = self.live.get(me) {
+            if delta > 0 {
+                n.fetch_add(1, Ordering::Relaxed);
+            } else {
+                n.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// How long a loop over its share waits before looking at the queue again.
+const YIELD_ACCEPT: Duration = Duration::from_micros(500);
 
 impl ServeOptions {
     /// The options a config asks for.
@@ -76,6 +138,7 @@ impl ServeOptions {
             } else {
                 ListenerRole::All
             },
+            balance: None,
         }
     }
 }
@@ -86,6 +149,7 @@ struct Connections {
     live: Arc<std::sync::atomic::AtomicUsize>,
     drained: Arc<tokio::sync::Notify>,
     metrics: Option<Arc<metrics::Metrics>>,
+    balance: Option<(Arc<LoopBalance>, usize)>,
 }
 
 struct ConnectionGuard(Connections);
@@ -95,6 +159,9 @@ impl Connections {
         self.live.fetch_add(1, Ordering::SeqCst);
         if let Some(metrics) = &self.metrics {
             metrics.connections(1);
+        }
+        if let Some((balance, me)) = &self.balance {
+            balance.add(*me, 1);
         }
         ConnectionGuard(self.clone())
     }
@@ -108,6 +175,9 @@ impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         if let Some(metrics) = &self.0.metrics {
             metrics.connections(-1);
+        }
+        if let Some((balance, me)) = &self.0.balance {
+            balance.add(*me, -1);
         }
         if self.0.live.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.drained.notify_waiters();
@@ -127,6 +197,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Connections {
         metrics: options.metrics.clone(),
+        balance: options.balance.clone(),
         ..Connections::default()
     };
     let grace = options.grace;
@@ -150,7 +221,18 @@ pub async fn serve(
     });
     tokio::pin!(shutdown);
     let mut accept_backoff = Duration::from_millis(5);
+    if let Some((balance, me)) = &shared.options.balance {
+        balance.set_accepting(*me, true);
+    }
     loop {
+        if let Some((balance, me)) = &shared.options.balance
+            && balance.over_share(*me)
+        {
+            tokio::select! {
+                () = tokio::time::sleep(YIELD_ACCEPT) => continue,
+                () = &mut shutdown => break,
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -185,6 +267,9 @@ pub async fn serve(
         });
     }
     drop(listener);
+    if let Some((balance, me)) = &shared.options.balance {
+        balance.set_accepting(*me, false);
+    }
     let _ = stop_tx.send(true);
     let deadline = tokio::time::Instant::now() + grace;
     loop {
@@ -209,4 +294,39 @@ pub async fn serve(
         log.flush();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LoopBalance;
+
+    #[test]
+    fn a_loop_more_than_one_ahead_of_the_least_loaded_leaves_the_next_connection() {
+        let balance = LoopBalance::new(2);
+        balance.set_accepting(0, true);
+        balance.set_accepting(1, true);
+        balance.add(0, 1);
+        assert!(!balance.over_share(0), "1 against 0: one ahead is fair");
+        balance.add(0, 1);
+        assert!(balance.over_share(0), "2 against 0");
+        assert!(!balance.over_share(1), "the least loaded never waits");
+        balance.add(1, 1);
+        assert!(!balance.over_share(0), "2 against 1");
+        balance.add(1, -1);
+        assert!(balance.over_share(0), "closed connections count down");
+    }
+
+    #[test]
+    fn a_loop_that_is_not_accepting_makes_nobody_wait() {
+        let balance = LoopBalance::new(2);
+        balance.set_accepting(0, true);
+        for _ in 0..10 {
+            balance.add(0, 1);
+        }
+        assert!(!balance.over_share(0), "loop 1 never started");
+        balance.set_accepting(1, true);
+        assert!(balance.over_share(0));
+        balance.set_accepting(1, false);
+        assert!(!balance.over_share(0), "loop 1 stopped");
+    }
 }

@@ -1,4 +1,4 @@
-//! The HTTP contract of DESIGN.md §3, row by row, over real TCP against real Redis and
+//! The README's "HTTP contract", row by row, over real TCP against real Redis and
 //! MongoDB.
 
 use std::time::{Duration, SystemTime};
