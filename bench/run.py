@@ -293,6 +293,18 @@ http {{
             peers[f"lighttpd-{tag}"] = (f"http://127.0.0.1:{port}", proc)
         time.sleep(0.3)
 
+    # The /healthz mark: a plain Node `http` server answering a JSON hello, what the old
+    # service's health check ran on (one process, as express ran).
+    node_url, node_pids = None, []
+    if shutil.which("node"):
+        node_port = free_port()
+        hello = ("require('http').createServer((q, s) => { s.setHeader('content-type', 'application/json'); "
+                 "s.end(JSON.stringify({status: 'ok'})); })"
+                 f".listen({node_port}, '127.0.0.1');")
+        node = start(["node", "-e", hello])
+        wait_port(node_port)
+        node_url, node_pids = f"http://127.0.0.1:{node_port}/healthz", [node.pid]
+
     n = f"http://127.0.0.1:{nginx_port}"
     d = f"http://127.0.0.1:{direct_port}"
     nc = f"http://127.0.0.1:{nocache_port}"
@@ -323,6 +335,10 @@ http {{
         ("/healthz", 1000, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
         ("cache miss (MongoDB lookup)", 10, None, (d, dp, "each_path_once.lua", miss_paths)),
     ]
+    if node_url:
+        # Not against nginx: the "nginx" columns are a Node `http` JSON hello server.
+        cells.insert(-1, ("/healthz vs a Node http hello server", 1000,
+                          (node_url, node_pids, None, None), (f"{d}/healthz", dp, None, None)))
     if ONLY:
         cells = [c for c in cells if any(o in f"{c[0]} c={c[1]}" for o in ONLY)]
     rows = []
