@@ -360,7 +360,7 @@ http {{
             extra = []
             under = lambda url, base: url == base or url.startswith(base + "/")
             if peers and baseline is not None and (under(baseline[0], n) or under(baseline[0], nl)) \
-                    and "x-accel" not in name and "signed" not in name:
+                    and "x-accel" not in name and "signed" not in name and not name.startswith("/healthz"):
                 logged = under(baseline[0], nl)
                 for peer in ("h2o", "lighttpd"):
                     url, proc = peers[f"{peer}-{'log' if logged else 'nolog'}"]
