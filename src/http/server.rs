@@ -300,7 +300,12 @@ pub async fn serve(
             Some((stream, peer, slot)) = next_handoff(&mut inbox) => {
                 match tokio::net::TcpStream::from_std(stream) {
                     Ok(stream) => spawn_connection(stream, peer, slot, &connections, true, &shared, &stop_rx),
-                    Err(err) => tracing::warn!(error = %err, "a handed-over connection could not join this loop"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "a handed-over connection could not join this loop");
+                        if let Some((balance, me)) = &shared.options.balance {
+                            balance.add(*me, -1);
+                        }
+                    }
                 }
                 continue;
             }
@@ -350,11 +355,19 @@ pub async fn serve(
     drop(listener);
     if let Some((balance, me)) = &shared.options.balance {
         balance.set_accepting(*me, false);
-        // Connections handed over just before the stop were counted here; they close.
+        // Closed first, so a loop that sends from now on gets its connection back and
+        // serves it itself; the ones already here were accepted and are served like any
+        // connection accepted just before the stop (found by the supervisor's restart
+        // test: dropping them reset a client).
         if let Some(inbox) = inbox.as_mut() {
             inbox.close();
-            while let Ok(_dropped) = inbox.try_recv() {
-                balance.add(*me, -1);
+            while let Ok((stream, peer, slot)) = inbox.try_recv() {
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(stream) => {
+                        spawn_connection(stream, peer, slot, &connections, true, &shared, &stop_rx)
+                    }
+                    Err(_) => balance.add(*me, -1),
+                }
             }
         }
     }

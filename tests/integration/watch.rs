@@ -90,6 +90,14 @@ async fn until_cached(
     started.elapsed()
 }
 
+/// Moves a track to a new file `name` and waits (5 s at most) until Redis has the new path.
+async fn move_and_wait(env: &TestEnv, id: &ObjectId, name: &str, what: &str) {
+    let moved = env.write_file(name, name.as_bytes());
+    env.set_path(id, &moved).await;
+    let path = Some(moved.as_os_str().as_encoded_bytes());
+    until_cached(env, id, path, Duration::from_secs(5), what).await;
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[rank.min(sorted.len() - 1)]
@@ -268,13 +276,10 @@ async fn only_changes_of_the_path_field_touch_redis() {
         .expect("update");
     // A path change after it proves the follower has passed the first update.
     let (witness, _) = env.track("w.mp3", b"w").await;
-    let moved = env.write_file("w2.mp3", b"w2");
-    env.set_path(&witness, &moved).await;
-    until_cached(
+    move_and_wait(
         &env,
         &witness,
-        Some(moved.as_os_str().as_encoded_bytes()),
-        Duration::from_secs(5),
+        "w2.mp3",
         "the follower never wrote the witness",
     )
     .await;
@@ -712,16 +717,7 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let moved = env.write_file("b.mp3", b"b");
-    env.set_path(&id, &moved).await;
-    until_cached(
-        &env,
-        &id,
-        Some(moved.as_os_str().as_encoded_bytes()),
-        Duration::from_secs(5),
-        "musicctl watch did not index the move",
-    )
-    .await;
+    move_and_wait(&env, &id, "b.mp3", "musicctl watch did not index the move").await;
 
     let server = env.musicd().await;
     let deadline = Instant::now() + Duration::from_secs(5);
