@@ -83,6 +83,7 @@ impl ApiError {
                 }
                 MediaError::Missing | MediaError::NotAFile => StatusCode::NOT_FOUND,
                 MediaError::Unreadable(_) => StatusCode::FORBIDDEN,
+                MediaError::Exhausted(_) => StatusCode::SERVICE_UNAVAILABLE,
             },
             ApiError::Io { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -105,6 +106,7 @@ impl ApiError {
                 | MediaError::Symlink
                 | MediaError::Unreadable(_) => "access to this track's file is refused",
                 MediaError::Missing => "track file is missing",
+                MediaError::Exhausted(_) => "server busy, retry later",
                 MediaError::NotAFile => "track file is not a regular file",
             },
             ApiError::Io { .. } => "track file could not be read",

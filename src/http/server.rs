@@ -48,6 +48,11 @@ pub struct ServeOptions {
     /// Connections served at once; beyond, a 503 and close. The slots are shared by every
     /// listener and event loop these options are cloned to, so the cap is per process.
     pub connection_slots: Arc<tokio::sync::Semaphore>,
+    /// Over-capacity answers being written at once (each holds a descriptor until its 503
+    /// is out and the close staged). When they are all busy too, new connections wait in
+    /// the kernel's queue: a slow answer, never a refused connection, and the descriptors
+    /// a served request needs to open its file stay free.
+    pub refusal_slots: Arc<tokio::sync::Semaphore>,
     /// Peers whose forwarding headers name the client.
     pub trusted_proxies: Arc<TrustedProxies>,
     /// Connections start with a PROXY protocol header.
@@ -174,6 +179,9 @@ impl ServeOptions {
             max_header_bytes: config.limits.max_header_bytes,
             max_uri_bytes: config.limits.max_uri_bytes,
             connection_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
+            refusal_slots: Arc::new(tokio::sync::Semaphore::new(
+                (config.limits.max_connections / 4).max(32),
+            )),
             trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
             proxy_protocol: config.proxy_protocol,
             role: if config.ops_listen.is_some() {
@@ -294,7 +302,14 @@ pub async fn serve(
     if let Some((balance, me)) = &shared.options.balance {
         balance.set_accepting(*me, true);
     }
+    let refusals = Arc::clone(&shared.options.refusal_slots);
     loop {
+        if slots.available_permits() == 0 && refusals.available_permits() == 0 {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(2)) => continue,
+                () = &mut shutdown => break,
+            }
+        }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             Some((stream, peer, slot)) = next_handoff(&mut inbox) => {
@@ -328,7 +343,11 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             // Over the cap: a short, cheap refusal instead of an unbounded pile of tasks.
-            tokio::spawn(busy::refuse_over_cap(stream));
+            let refusal = Arc::clone(&refusals).try_acquire_owned().ok();
+            tokio::spawn(async move {
+                let _refusal = refusal;
+                busy::refuse_over_cap(stream).await;
+            });
             continue;
         };
         let (stream, slot) = match &shared.options.balance {

@@ -34,6 +34,18 @@ pub enum MediaError {
     /// The file exists but cannot be read.
     #[error("file cannot be read: {0}")]
     Unreadable(#[source] io::Error),
+    /// The process (or the system) is out of file descriptors or memory for the moment:
+    /// nothing is wrong with the file, so the client is told to retry, not refused.
+    #[error("out of resources opening the file: {0}")]
+    Exhausted(#[source] io::Error),
+}
+
+/// `Unreadable`, unless the error is a momentary shortage of descriptors or memory.
+fn unreadable(err: io::Error) -> MediaError {
+    match err.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM) => MediaError::Exhausted(err),
+        _ => MediaError::Unreadable(err),
+    }
 }
 
 /// An open file under a media root.
@@ -104,7 +116,7 @@ impl MediaRoots {
                     MediaError::OutsideRoots
                 });
             }
-            Err(err) => return Err(MediaError::Unreadable(err)),
+            Err(err) => return Err(unreadable(err)),
         };
         let root_index = self.root_of(&canonical).ok_or(MediaError::OutsideRoots)?;
         if !self.follow_symlinks {
@@ -134,7 +146,7 @@ impl MediaRoots {
                 .open(&path)
                 .map_err(open_error)?
         };
-        let metadata = file.metadata().map_err(MediaError::Unreadable)?;
+        let metadata = file.metadata().map_err(unreadable)?;
         if !metadata.is_file() {
             return Err(MediaError::NotAFile);
         }
@@ -161,7 +173,7 @@ fn open_error(err: io::Error) -> MediaError {
     if err.kind() == io::ErrorKind::NotFound {
         MediaError::Missing
     } else {
-        MediaError::Unreadable(err)
+        unreadable(err)
     }
 }
 
@@ -186,6 +198,14 @@ mod tests {
         let file = roots.open(&path.display().to_string()).expect("open");
         assert_eq!(file.metadata.len(), 3);
         assert_eq!(roots.relative(&file), Some(Path::new("album/a.mp3")));
+    }
+
+    #[test]
+    fn running_out_of_descriptors_is_a_retry_not_a_refusal() {
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(matches!(unreadable(emfile), MediaError::Exhausted(_)));
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        assert!(matches!(unreadable(denied), MediaError::Unreadable(_)));
     }
 
     #[test]
