@@ -53,7 +53,7 @@ async fn resolve_and_serve(
     let Some(path) = resolution.path else {
         return (resolution.outcome, Err(ApiError::UnknownId { id }));
     };
-    if let Some(answer) = file::from_cache(&state.files, &id, &path, &request) {
+    if let Some(answer) = file::from_cache(&state.files, &id, &path, &request).await {
         state.metrics.file_cache(true);
         return (resolution.outcome, answer);
     }

@@ -5,12 +5,23 @@
 //! cache than copied out of memory, so it is kept as an open descriptor instead, which
 //! saves the open, the confinement checks and the blocking-pool hop on every request.
 //!
-//! The price is staleness risk, so every hit re-checks the file's metadata with one `stat`
-//! of the document path: device, inode, size and modification time (ns) must all match
-//! what was cached, or the entry is ignored and the file is opened again. A file replaced
-//! by rename has a new inode; one rewritten in place has a new mtime; one that vanished
-//! fails the stat. Because the stat follows the same path the cached entry was confined
-//! from, a symlink re-pointed elsewhere shows up as another inode too.
+//! The price is staleness risk. A copy is proven current by a `stat` of the document path:
+//! device, inode, size and modification time (ns) must all match what was cached, or the
+//! entry is ignored and the file is opened again. A file replaced by rename has a new
+//! inode; one rewritten in place has a new mtime; one that vanished fails the stat.
+//! Because the stat follows the same path the cached entry was confined from, a symlink
+//! re-pointed elsewhere shows up as another inode too.
+//!
+//! One `stat` serves every request that was read before it began ([`FileCache::get_fresh`]
+//! takes the instant its request was read): whatever replaced the file before such a
+//! request was sent had happened before that instant, so a matching `stat` begun later
+//! saw the file as it is since. A request read after the last matching `stat` began gets
+//! a `stat` of its own. So a hot file costs one `stat` per event-loop turn instead of one
+//! per request: [`FileCache::worth_waiting`] tells the caller when to let the loop's other
+//! ready connections read their requests first (`super::from_cache`). The promise is the
+//! same as a `stat` per request, with nothing kernel-side to run out of: inotify would need
+//! a watch per directory, capped by `fs.inotify.max_user_watches`, and a fallback to
+//! exactly this `stat` beyond it.
 //!
 //! Memory is bounded by `file_total_bytes` and descriptors by `open_files`; when full, the
 //! least recently used entries of that kind go.
@@ -19,6 +30,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -47,6 +59,9 @@ pub struct CachedFile {
     /// Its validators and header values, formatted once.
     pub facts: FileFacts,
     last_used: AtomicU64,
+    /// When the last `stat` that found the file unchanged began, in ns since the cache's
+    /// epoch (0: never).
+    checked: AtomicU64,
 }
 
 impl CachedFile {
@@ -57,6 +72,7 @@ impl CachedFile {
             identity: Identity::of(metadata),
             facts,
             last_used: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
         }
     }
 
@@ -83,7 +99,14 @@ pub struct FileCache {
     max_open: usize,
     open: AtomicUsize,
     clock: AtomicU64,
+    /// The origin of the `checked` instants.
+    epoch: Instant,
 }
+
+/// A copy checked this recently before a request was read is a hot file: the loop's other
+/// connections probably ask for it in the same turn, so waiting for them to be read first
+/// lets one `stat` serve them all. Beyond, the `stat` is made at once.
+const HOT: Duration = Duration::from_millis(2);
 
 impl FileCache {
     /// A cache for files up to `max_file` bytes in memory, `budget` bytes in all (0: no
@@ -97,7 +120,12 @@ impl FileCache {
             max_open,
             open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Whether a file of `len` bytes would be kept in memory.
@@ -110,11 +138,13 @@ impl FileCache {
         self.max_open > 0
     }
 
-    /// The cached copy of `raw_path`, if it is still exactly the file on disk.
+    /// The cached copy of `raw_path`, if it is still exactly the file on disk for a
+    /// request read at `read_at` (or later).
     ///
-    /// Makes one `stat` call on the calling thread: cheap for local files, and the price of
-    /// never serving a stale copy.
-    pub fn get_fresh(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
+    /// Makes one `stat` call on the calling thread, unless one begun after `read_at`
+    /// already found the file unchanged: cheap for local files, and the price of never
+    /// serving a stale copy.
+    pub fn get_fresh(&self, raw_path: &str, read_at: Instant) -> Option<Arc<CachedFile>> {
         if self.max_file == 0 && self.max_open == 0 {
             return None;
         }
@@ -124,15 +154,35 @@ impl FileCache {
             .unwrap_or_else(|p| p.into_inner())
             .get(raw_path)
             .cloned()?;
-        let metadata = std::fs::metadata(raw_path).ok()?;
-        if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
-            return None;
+        let read_at = self.since_epoch(read_at);
+        if cached.checked.load(Ordering::Acquire) <= read_at {
+            let began = self.since_epoch(Instant::now());
+            let metadata = std::fs::metadata(raw_path).ok()?;
+            if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
+                return None;
+            }
+            cached.checked.fetch_max(began, Ordering::AcqRel);
         }
         cached.last_used.store(
             self.clock.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
         );
         Some(cached)
+    }
+
+    /// Whether a request read at `read_at` for `raw_path` should let the event loop's
+    /// other ready connections be read before it asks [`FileCache::get_fresh`]: the file
+    /// is cached, hot, and its last check began before the request was read, so one of
+    /// those requests' `stat` (or this one's, made after theirs are read) serves them all.
+    pub fn worth_waiting(&self, raw_path: &str, read_at: Instant) -> bool {
+        let files = self.files.read().unwrap_or_else(|p| p.into_inner());
+        let Some(cached) = files.get(raw_path) else {
+            return false;
+        };
+        let checked = cached.checked.load(Ordering::Acquire);
+        let read_at = self.since_epoch(read_at);
+        let hot = u64::try_from(HOT.as_nanos()).unwrap_or(u64::MAX);
+        checked != 0 && checked <= read_at && read_at - checked < hot
     }
 
     /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
@@ -257,29 +307,75 @@ mod tests {
         let raw = path.to_str().expect("utf8");
         let cache = FileCache::new(1000, 10_000, 10);
         cache.insert(raw, entry(&path, b"version 1"));
-        assert_eq!(memory(&cache.get_fresh(raw).expect("fresh")), b"version 1");
+        assert_eq!(
+            memory(&cache.get_fresh(raw, Instant::now()).expect("fresh")),
+            b"version 1"
+        );
 
         // Replaced by rename: new inode.
         let tmp = dir.path().join("tmp");
         std::fs::write(&tmp, b"version 2").expect("write");
         std::fs::rename(&tmp, &path).expect("rename");
-        assert!(cache.get_fresh(raw).is_none());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
 
         // Rewritten in place with the same length: new mtime.
         cache.insert(raw, entry(&path, b"version 3"));
         std::thread::sleep(std::time::Duration::from_millis(5));
         std::fs::write(&path, b"version 4").expect("write");
-        assert!(cache.get_fresh(raw).is_none());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
 
         // The same holds for an open descriptor.
         cache.insert(raw, opened(&path));
-        assert!(cache.get_fresh(raw).is_some_and(|c| c.is_open()));
+        assert!(
+            cache
+                .get_fresh(raw, Instant::now())
+                .is_some_and(|c| c.is_open())
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
         std::fs::write(&path, b"version 5").expect("write");
-        assert!(cache.get_fresh(raw).is_none());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
 
         std::fs::remove_file(&path).expect("rm");
-        assert!(cache.get_fresh(raw).is_none());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn one_check_serves_the_requests_read_before_it_began_and_no_later_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.mp3");
+        let raw = path.to_str().expect("utf8");
+        let cache = FileCache::new(1000, 10_000, 10);
+        cache.insert(raw, entry(&path, b"version 1"));
+        let read_early = Instant::now();
+        assert!(
+            !cache.worth_waiting(raw, read_early),
+            "never checked: not known to be hot"
+        );
+        assert!(cache.get_fresh(raw, read_early).is_some(), "checked now");
+        assert!(
+            !cache.worth_waiting(raw, read_early),
+            "checked after it was read: no wait"
+        );
+        let read_late = Instant::now();
+        assert!(
+            cache.worth_waiting(raw, read_late),
+            "read after the check, which is recent: hot"
+        );
+
+        // Replaced by rename after that check.
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"version 2").expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        // A request read before the check began could not have been sent after the rename:
+        // the check covers it. Any request read since gets a check of its own.
+        assert!(cache.get_fresh(raw, read_early).is_some());
+        assert!(cache.get_fresh(raw, read_late).is_none());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        // A request waiting long after the last check is not worth waiting for.
+        cache.insert(raw, entry(&path, b"version 3"));
+        assert!(cache.get_fresh(raw, Instant::now()).is_some());
+        std::thread::sleep(HOT * 2);
+        assert!(!cache.worth_waiting(raw, Instant::now()));
     }
 
     #[test]
@@ -292,8 +388,16 @@ mod tests {
             cache.insert(path.to_str().expect("utf8"), opened(path));
         }
         assert_eq!(cache.open_files(), 2);
-        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_none());
-        assert!(cache.get_fresh(paths[2].to_str().expect("utf8")).is_some());
+        assert!(
+            cache
+                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
+                .is_none()
+        );
+        assert!(
+            cache
+                .get_fresh(paths[2].to_str().expect("utf8"), Instant::now())
+                .is_some()
+        );
         assert_eq!(cache.used_bytes(), 0);
     }
 
@@ -306,17 +410,33 @@ mod tests {
             cache.insert(path.to_str().expect("utf8"), entry(path, &[0u8; 300]));
         }
         // Touch the first so the second is the least recently used.
-        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_some());
+        assert!(
+            cache
+                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
+                .is_some()
+        );
         cache.insert(
             paths[3].to_str().expect("utf8"),
             entry(&paths[3], &[0u8; 300]),
         );
         assert!(cache.used_bytes() <= 1000);
-        assert!(cache.get_fresh(paths[1].to_str().expect("utf8")).is_none());
-        assert!(cache.get_fresh(paths[0].to_str().expect("utf8")).is_some());
+        assert!(
+            cache
+                .get_fresh(paths[1].to_str().expect("utf8"), Instant::now())
+                .is_none()
+        );
+        assert!(
+            cache
+                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
+                .is_some()
+        );
         // Too big for the cache: not kept.
         let big = dir.path().join("big");
         cache.insert(big.to_str().expect("utf8"), entry(&big, &[0u8; 500]));
-        assert!(cache.get_fresh(big.to_str().expect("utf8")).is_none());
+        assert!(
+            cache
+                .get_fresh(big.to_str().expect("utf8"), Instant::now())
+                .is_none()
+        );
     }
 }

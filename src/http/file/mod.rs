@@ -80,15 +80,24 @@ enum Source {
 }
 
 /// The hot path: answers from the file cache (a copy in memory or an open descriptor) when
-/// it is still the file on disk. Runs on the event loop (one `stat`, no blocking-pool
-/// hop); `None` means "open it".
-pub fn from_cache(
+/// it is still the file on disk. Runs on the event loop (at most one `stat`, no blocking-
+/// pool hop); `None` means "open it".
+///
+/// For a hot file it first yields once, so the loop's other ready connections read their
+/// requests before the `stat` is made: one `stat` then serves them all (see
+/// [`cache`]). The yield ends after the loop's next poll of its sockets, so it costs the
+/// request a turn of the loop, not a clock.
+pub async fn from_cache(
     settings: &FileSettings,
     id: &str,
     raw_path: &str,
     request: &FileRequest,
 ) -> Option<Result<Answer, ApiError>> {
-    let cached = settings.cache.get_fresh(raw_path)?;
+    let read_at = request.read_at.unwrap_or_else(std::time::Instant::now);
+    if settings.cache.worth_waiting(raw_path, read_at) {
+        tokio::task::yield_now().await;
+    }
+    let cached = settings.cache.get_fresh(raw_path, read_at)?;
     let source = match &cached.content {
         Content::Memory(bytes) => Source::Memory(bytes.clone()),
         Content::Open(file) => Source::Disk {

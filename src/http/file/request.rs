@@ -22,6 +22,9 @@ pub struct FileRequest {
     pub if_range: Option<String>,
     /// `?download`: `Content-Disposition: attachment` instead of `inline`.
     pub download: bool,
+    /// When the request had been read in full (an instant after the read that completed
+    /// it): a file-cache check begun later covers it. `None`: check now.
+    pub read_at: Option<std::time::Instant>,
 }
 
 impl FileRequest {
