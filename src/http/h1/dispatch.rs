@@ -11,8 +11,8 @@ use super::head::Target;
 use crate::catalog::CacheOutcome;
 use crate::http::answer::{Answer, Payload};
 use crate::http::routes::Route;
-use crate::http::track;
 use crate::http::{App, ListenerRole};
+use crate::http::{ops, track};
 
 /// The methods the track route and the ops endpoints allow.
 const ALLOWED: &str = "GET, HEAD";
@@ -78,6 +78,7 @@ pub(super) async fn dispatch(
                 answer,
             }
         }
+        Target::Healthz => plain(Route::Healthz, ops::healthz_answer(&app.state)),
         Target::Other { uri, .. } if uri.path() == "*" => {
             let mut answer = Answer::new(StatusCode::OK, Default::default(), Payload::Empty);
             answer
