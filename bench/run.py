@@ -10,6 +10,7 @@ per GB. Everything is torn down at exit.
 """
 
 import json
+import math
 import os
 import random
 import re
@@ -124,7 +125,10 @@ def wrk(url, conns, pids, script=None, paths=None):
 
 
 def med(runs, key):
-    return statistics.median(r[key] for r in runs)
+    # wrk now and then prints no usable p99 (a "-nan" under a burst of long transfers):
+    # the median is of the rounds that have one.
+    values = [r[key] for r in runs if not math.isnan(r[key])]
+    return statistics.median(values) if values else float("nan")
 
 
 def main():

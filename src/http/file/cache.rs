@@ -139,27 +139,39 @@ impl FileCache {
     }
 
     /// The cached copy of `raw_path`, if it is still exactly the file on disk for a
+    /// request read at `read_at` (or later): [`FileCache::get`] then
+    /// [`FileCache::is_fresh`].
+    pub fn get_fresh(&self, raw_path: &str, read_at: Instant) -> Option<Arc<CachedFile>> {
+        let cached = self.get(raw_path)?;
+        self.is_fresh(raw_path, &cached, read_at).then_some(cached)
+    }
+
+    /// The entry for `raw_path`, unchecked.
+    pub fn get(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
+        if self.max_file == 0 && self.max_open == 0 {
+            return None;
+        }
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(raw_path)
+            .cloned()
+    }
+
+    /// Whether `cached` (the entry of `raw_path`) is still exactly the file on disk for a
     /// request read at `read_at` (or later).
     ///
     /// Makes one `stat` call on the calling thread, unless one begun after `read_at`
     /// already found the file unchanged: cheap for local files, and the price of never
     /// serving a stale copy.
-    pub fn get_fresh(&self, raw_path: &str, read_at: Instant) -> Option<Arc<CachedFile>> {
-        if self.max_file == 0 && self.max_open == 0 {
-            return None;
-        }
-        let cached = self
-            .files
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(raw_path)
-            .cloned()?;
-        let read_at = self.since_epoch(read_at);
-        if cached.checked.load(Ordering::Acquire) <= read_at {
+    pub fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
+        if cached.checked.load(Ordering::Acquire) <= self.since_epoch(read_at) {
             let began = self.since_epoch(Instant::now());
-            let metadata = std::fs::metadata(raw_path).ok()?;
+            let Ok(metadata) = std::fs::metadata(raw_path) else {
+                return false;
+            };
             if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
-                return None;
+                return false;
             }
             cached.checked.fetch_max(began, Ordering::AcqRel);
         }
@@ -167,18 +179,14 @@ impl FileCache {
             self.clock.fetch_add(1, Ordering::Relaxed),
             Ordering::Relaxed,
         );
-        Some(cached)
+        true
     }
 
-    /// Whether a request read at `read_at` for `raw_path` should let the event loop's
-    /// other ready connections be read before it asks [`FileCache::get_fresh`]: the file
-    /// is cached, hot, and its last check began before the request was read, so one of
-    /// those requests' `stat` (or this one's, made after theirs are read) serves them all.
-    pub fn worth_waiting(&self, raw_path: &str, read_at: Instant) -> bool {
-        let files = self.files.read().unwrap_or_else(|p| p.into_inner());
-        let Some(cached) = files.get(raw_path) else {
-            return false;
-        };
+    /// Whether a request read at `read_at` for `cached` should let the event loop's other
+    /// ready connections be read before it asks [`FileCache::is_fresh`]: the file is hot,
+    /// and its last check began before the request was read, so one of those requests'
+    /// `stat` (or this one's, made after theirs are read) serves them all.
+    pub fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
         let checked = cached.checked.load(Ordering::Acquire);
         let read_at = self.since_epoch(read_at);
         let hot = u64::try_from(HOT.as_nanos()).unwrap_or(u64::MAX);
@@ -347,18 +355,19 @@ mod tests {
         let cache = FileCache::new(1000, 10_000, 10);
         cache.insert(raw, entry(&path, b"version 1"));
         let read_early = Instant::now();
+        let first = cache.get(raw).expect("cached");
         assert!(
-            !cache.worth_waiting(raw, read_early),
+            !cache.worth_waiting(&first, read_early),
             "never checked: not known to be hot"
         );
         assert!(cache.get_fresh(raw, read_early).is_some(), "checked now");
         assert!(
-            !cache.worth_waiting(raw, read_early),
+            !cache.worth_waiting(&first, read_early),
             "checked after it was read: no wait"
         );
         let read_late = Instant::now();
         assert!(
-            cache.worth_waiting(raw, read_late),
+            cache.worth_waiting(&first, read_late),
             "read after the check, which is recent: hot"
         );
 
@@ -375,7 +384,8 @@ mod tests {
         cache.insert(raw, entry(&path, b"version 3"));
         assert!(cache.get_fresh(raw, Instant::now()).is_some());
         std::thread::sleep(HOT * 2);
-        assert!(!cache.worth_waiting(raw, Instant::now()));
+        let third = cache.get(raw).expect("cached");
+        assert!(!cache.worth_waiting(&third, Instant::now()));
     }
 
     #[test]

@@ -94,10 +94,13 @@ pub async fn from_cache(
     request: &FileRequest,
 ) -> Option<Result<Answer, ApiError>> {
     let read_at = request.read_at.unwrap_or_else(std::time::Instant::now);
-    if settings.cache.worth_waiting(raw_path, read_at) {
+    let cached = settings.cache.get(raw_path)?;
+    if settings.cache.worth_waiting(&cached, read_at) {
         tokio::task::yield_now().await;
     }
-    let cached = settings.cache.get_fresh(raw_path, read_at)?;
+    if !settings.cache.is_fresh(raw_path, &cached, read_at) {
+        return None;
+    }
     let source = match &cached.content {
         Content::Memory(bytes) => Source::Memory(bytes.clone()),
         Content::Open(file) => Source::Disk {
