@@ -124,6 +124,35 @@ def wrk(url, conns, pids, script=None, paths=None):
     }
 
 
+def machine():
+    """What the run ran on, for the report: cores, CPU, memory, OS, kernel, every server."""
+    def first_line(cmd):
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        out = (done.stdout or done.stderr).strip().splitlines()
+        return out[0].strip() if out else None
+
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"model name\s*:\s*(.+)", info)
+    mem = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
+    release = Path("/etc/os-release").read_text() if Path("/etc/os-release").exists() else ""
+    pretty = re.search(r'PRETTY_NAME="([^"]+)"', release)
+    parts = [f"{os.cpu_count()} cores" + (f" ({model.group(1).strip()})" if model else ""),
+             f"{int(mem.group(1)) // (1024 * 1024)} GiB" if mem else None,
+             pretty.group(1) if pretty else None, f"Linux {os.uname().release}"]
+    for cmd in (["nginx", "-v"], ["h2o", "--version"], ["lighttpd", "-v"], ["wrk", "--version"], ["node", "--version"]):
+        if shutil.which(cmd[0]):
+            version = first_line(cmd)
+            if version:
+                version = version.split(" - ")[0].split(" Copyright")[0]
+            if version and cmd[0] == "node":
+                version = f"node {version}"
+            parts.append(version)
+    return ", ".join(p for p in parts if p)
+
+
 def med(runs, key):
     # wrk now and then prints no usable p99 (a "-nan" under a burst of long transfers):
     # the median is of the rounds that have one.
@@ -382,11 +411,12 @@ http {{
         rows.append((name, conns, runs))
 
     lines = [
-        "# musicd vs nginx",
+        "# musicd against nginx, h2o and lighttpd",
         "",
-        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
-        f"{subprocess.run(['nginx', '-v'], capture_output=True, text=True).stderr.strip()}, "
-        f"wrk 2 threads on the same machine, loopback; medians of {ROUNDS} runs of {SECONDS} s, "
+        f"{time.strftime('%Y-%m-%d')}. The machine: {machine()}.",
+        "",
+        "wrk 2 threads on the same machine, loopback; medians of "
+        f"{ROUNDS} runs of {SECONDS} s, "
         "targets alternated. CPU is the servers' own (utime+stime from /proc; for x-accel it is "
         "nginx + musicd). Access logs are off except in the cells that say \"access logs on\" "
         "(nginx `access_log ... combined buffer=64k flush=1s`, musicd `format = \"combined\"` to a file).",

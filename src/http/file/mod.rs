@@ -1,7 +1,8 @@
 //! Serving one resolved file: conditional requests, ranges, HEAD, MIME, offload.
 //!
 //! A hot file is answered on the event loop from the file cache ([`from_cache`]: a copy in
-//! memory or an open descriptor, one `stat` to prove it is current). Otherwise everything
+//! memory or an open descriptor, proven current by a `stat` begun after the request was
+//! read, which one `stat` per loop turn gives a hot file). Otherwise everything
 //! that touches the disk (confining the path, opening, `fstat`, reading a small body)
 //! happens in one hop to the blocking pool in [`prepare`]. The decisions in between are
 //! the pure functions of [`conditional`] and [`range`]; the answer's header lines are
