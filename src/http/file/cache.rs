@@ -300,6 +300,11 @@ mod tests {
         CachedFile::new(Content::Open(Arc::new(file)), &metadata, facts)
     }
 
+    /// The entry of `path` if fresh for a request read now.
+    fn fresh(cache: &FileCache, path: &std::path::Path) -> Option<Arc<CachedFile>> {
+        cache.get_fresh(path.to_str().expect("utf8"), Instant::now())
+    }
+
     fn memory(cached: &CachedFile) -> &[u8] {
         match &cached.content {
             Content::Memory(bytes) => bytes,
@@ -398,16 +403,8 @@ mod tests {
             cache.insert(path.to_str().expect("utf8"), opened(path));
         }
         assert_eq!(cache.open_files(), 2);
-        assert!(
-            cache
-                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
-                .is_none()
-        );
-        assert!(
-            cache
-                .get_fresh(paths[2].to_str().expect("utf8"), Instant::now())
-                .is_some()
-        );
+        assert!(fresh(&cache, &paths[0]).is_none());
+        assert!(fresh(&cache, &paths[2]).is_some());
         assert_eq!(cache.used_bytes(), 0);
     }
 
@@ -420,33 +417,17 @@ mod tests {
             cache.insert(path.to_str().expect("utf8"), entry(path, &[0u8; 300]));
         }
         // Touch the first so the second is the least recently used.
-        assert!(
-            cache
-                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
-                .is_some()
-        );
+        assert!(fresh(&cache, &paths[0]).is_some());
         cache.insert(
             paths[3].to_str().expect("utf8"),
             entry(&paths[3], &[0u8; 300]),
         );
         assert!(cache.used_bytes() <= 1000);
-        assert!(
-            cache
-                .get_fresh(paths[1].to_str().expect("utf8"), Instant::now())
-                .is_none()
-        );
-        assert!(
-            cache
-                .get_fresh(paths[0].to_str().expect("utf8"), Instant::now())
-                .is_some()
-        );
+        assert!(fresh(&cache, &paths[1]).is_none());
+        assert!(fresh(&cache, &paths[0]).is_some());
         // Too big for the cache: not kept.
         let big = dir.path().join("big");
         cache.insert(big.to_str().expect("utf8"), entry(&big, &[0u8; 500]));
-        assert!(
-            cache
-                .get_fresh(big.to_str().expect("utf8"), Instant::now())
-                .is_none()
-        );
+        assert!(fresh(&cache, &big).is_none());
     }
 }
