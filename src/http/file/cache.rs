@@ -305,6 +305,14 @@ mod tests {
         cache.get_fresh(path.to_str().expect("utf8"), Instant::now())
     }
 
+    /// A cache holding `a.mp3` ("version 1") in `dir`.
+    fn one_cached_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, FileCache) {
+        let path = dir.path().join("a.mp3");
+        let cache = FileCache::new(1000, 10_000, 10);
+        cache.insert(path.to_str().expect("utf8"), entry(&path, b"version 1"));
+        (path, cache)
+    }
+
     fn memory(cached: &CachedFile) -> &[u8] {
         match &cached.content {
             Content::Memory(bytes) => bytes,
@@ -316,49 +324,38 @@ mod tests {
     #[test]
     fn a_replaced_or_rewritten_file_is_not_served_from_memory() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("a.mp3");
+        let (path, cache) = one_cached_file(&dir);
         let raw = path.to_str().expect("utf8");
-        let cache = FileCache::new(1000, 10_000, 10);
-        cache.insert(raw, entry(&path, b"version 1"));
-        assert_eq!(
-            memory(&cache.get_fresh(raw, Instant::now()).expect("fresh")),
-            b"version 1"
-        );
+        assert_eq!(memory(&fresh(&cache, &path).expect("fresh")), b"version 1");
 
         // Replaced by rename: new inode.
         let tmp = dir.path().join("tmp");
         std::fs::write(&tmp, b"version 2").expect("write");
         std::fs::rename(&tmp, &path).expect("rename");
-        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        assert!(fresh(&cache, &path).is_none());
 
         // Rewritten in place with the same length: new mtime.
         cache.insert(raw, entry(&path, b"version 3"));
         std::thread::sleep(std::time::Duration::from_millis(5));
         std::fs::write(&path, b"version 4").expect("write");
-        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        assert!(fresh(&cache, &path).is_none());
 
         // The same holds for an open descriptor.
         cache.insert(raw, opened(&path));
-        assert!(
-            cache
-                .get_fresh(raw, Instant::now())
-                .is_some_and(|c| c.is_open())
-        );
+        assert!(fresh(&cache, &path).is_some_and(|c| c.is_open()));
         std::thread::sleep(std::time::Duration::from_millis(5));
         std::fs::write(&path, b"version 5").expect("write");
-        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        assert!(fresh(&cache, &path).is_none());
 
         std::fs::remove_file(&path).expect("rm");
-        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        assert!(fresh(&cache, &path).is_none());
     }
 
     #[test]
     fn one_check_serves_the_requests_read_before_it_began_and_no_later_one() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("a.mp3");
+        let (path, cache) = one_cached_file(&dir);
         let raw = path.to_str().expect("utf8");
-        let cache = FileCache::new(1000, 10_000, 10);
-        cache.insert(raw, entry(&path, b"version 1"));
         let read_early = Instant::now();
         let first = cache.get(raw).expect("cached");
         assert!(
@@ -384,7 +381,7 @@ mod tests {
         // the check covers it. Any request read since gets a check of its own.
         assert!(cache.get_fresh(raw, read_early).is_some());
         assert!(cache.get_fresh(raw, read_late).is_none());
-        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+        assert!(fresh(&cache, &path).is_none());
         // A request waiting long after the last check is not worth waiting for.
         cache.insert(raw, entry(&path, b"version 3"));
         assert!(cache.get_fresh(raw, Instant::now()).is_some());
