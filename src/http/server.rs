@@ -258,6 +258,45 @@ fn spawn_connection(
     });
 }
 
+/// Serves a connection another loop handed over (already counted here); one that cannot
+/// join this loop's reactor gives its count back.
+fn adopt(
+    (stream, peer, slot): Handoff,
+    connections: &Connections,
+    shared: &Arc<conn::Shared>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) {
+    match tokio::net::TcpStream::from_std(stream) {
+        Ok(stream) => spawn_connection(stream, peer, slot, connections, true, shared, stop),
+        Err(err) => {
+            tracing::warn!(error = %err, "a handed-over connection could not join this loop");
+            if let Some((balance, me)) = &connections.balance {
+                balance.add(*me, -1);
+            }
+        }
+    }
+}
+
+/// The connection back when this loop serves it: no balance, its fair share, or the loop
+/// it was handed to has stopped meanwhile. `None`: handed over (or lost in the move).
+fn keep_or_hand_off(
+    balance: &Option<(Arc<LoopBalance>, usize)>,
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    slot: tokio::sync::OwnedSemaphorePermit,
+) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+    let Some((balance, me)) = balance else {
+        return Some((stream, slot));
+    };
+    let Some(to) = balance.destination(*me) else {
+        return Some((stream, slot));
+    };
+    match balance.hand_off(to, (stream.into_std().ok()?, peer, slot)) {
+        Ok(()) => None,
+        Err((stream, _, slot)) => Some((tokio::net::TcpStream::from_std(stream).ok()?, slot)),
+    }
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then stops accepting and lets
 /// in-flight responses finish for at most `options.grace`.
 pub async fn serve(
@@ -312,16 +351,8 @@ pub async fn serve(
         }
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            Some((stream, peer, slot)) = next_handoff(&mut inbox) => {
-                match tokio::net::TcpStream::from_std(stream) {
-                    Ok(stream) => spawn_connection(stream, peer, slot, &connections, true, &shared, &stop_rx),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "a handed-over connection could not join this loop");
-                        if let Some((balance, me)) = &shared.options.balance {
-                            balance.add(*me, -1);
-                        }
-                    }
-                }
+            Some(handoff) = next_handoff(&mut inbox) => {
+                adopt(handoff, &connections, &shared, &stop_rx);
                 continue;
             }
             () = &mut shutdown => break,
@@ -350,24 +381,9 @@ pub async fn serve(
             });
             continue;
         };
-        let (stream, slot) = match &shared.options.balance {
-            Some((balance, me)) => match balance.destination(*me) {
-                Some(to) => match stream.into_std() {
-                    Ok(std_stream) => match balance.hand_off(to, (std_stream, peer, slot)) {
-                        Ok(()) => continue,
-                        // That loop stopped meanwhile: serve it here after all.
-                        Err((std_stream, _, slot)) => {
-                            match tokio::net::TcpStream::from_std(std_stream) {
-                                Ok(stream) => (stream, slot),
-                                Err(_) => continue,
-                            }
-                        }
-                    },
-                    Err(_) => continue,
-                },
-                None => (stream, slot),
-            },
-            None => (stream, slot),
+        let Some((stream, slot)) = keep_or_hand_off(&shared.options.balance, stream, peer, slot)
+        else {
+            continue;
         };
         spawn_connection(stream, peer, slot, &connections, false, &shared, &stop_rx);
     }
@@ -380,13 +396,8 @@ pub async fn serve(
         // test: dropping them reset a client).
         if let Some(inbox) = inbox.as_mut() {
             inbox.close();
-            while let Ok((stream, peer, slot)) = inbox.try_recv() {
-                match tokio::net::TcpStream::from_std(stream) {
-                    Ok(stream) => {
-                        spawn_connection(stream, peer, slot, &connections, true, &shared, &stop_rx)
-                    }
-                    Err(_) => balance.add(*me, -1),
-                }
+            while let Ok(handoff) = inbox.try_recv() {
+                adopt(handoff, &connections, &shared, &stop_rx);
             }
         }
     }

@@ -189,8 +189,7 @@ impl FileCache {
     pub fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
         let checked = cached.checked.load(Ordering::Acquire);
         let read_at = self.since_epoch(read_at);
-        let hot = u64::try_from(HOT.as_nanos()).unwrap_or(u64::MAX);
-        checked != 0 && checked <= read_at && read_at - checked < hot
+        checked != 0 && checked <= read_at && read_at - checked < HOT.as_nanos() as u64
     }
 
     /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
