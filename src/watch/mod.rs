@@ -17,8 +17,10 @@
 //!   states the document's state at that point of the stream).
 //! * **What each event does** is [`change::index_change`]. A dropped or renamed collection,
 //!   an `invalidate` or a resume point MongoDB no longer has (`ChangeStreamHistoryLost`)
-//!   make it rebuild the index with `reindex --prune`. The stream is opened first and
-//!   read only after the rebuild, so a change made during the rebuild is applied after it.
+//!   make it rebuild the index with `reindex --prune`; so does following with no saved
+//!   resume point at all (the first follower of an index), because changes made before
+//!   its stream was opened are in no stream. The stream is opened first and read only
+//!   after the rebuild, so a change made during the rebuild is applied after it.
 //! * **Failures.** MongoDB down or electing: the driver resumes the stream on the new
 //!   primary once; past that the follower reopens it from the saved token every second.
 //!   Redis down: the follower stops applying (the token is not advanced), loses its lease
@@ -322,25 +324,28 @@ impl Follower {
             },
             Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
         };
-        self.status.set(
-            WatchState::Following,
-            if position.is_some() {
-                "resumed from the saved position"
-            } else {
-                "started at the present"
-            },
-        );
+        // Without a usable resume point nobody knows what changed before the stream was
+        // opened (since `reindex`, since an id was cached, since the lease was taken), so
+        // the index is rebuilt once, after opening: nothing made before or during the
+        // rebuild is missed. `Following` is said only when that is true.
         let why = if lost {
             Some("the resume point fell off the oplog")
         } else if unreadable {
             Some("the saved resume point was unreadable")
+        } else if position.is_none() {
+            Some("no saved resume point (the first follower of this index)")
         } else {
             None
         };
-        if let Some(why) = why
-            && let Err(failed) = self.rebuild(why).await
-        {
-            return Stopped::Failed(failed);
+        match why {
+            Some(why) => {
+                if let Err(failed) = self.rebuild(why).await {
+                    return Stopped::Failed(failed);
+                }
+            }
+            None => self
+                .status
+                .set(WatchState::Following, "resumed from the saved position"),
         }
         let mut saved = Instant::now();
         let mut after_invalidate = false;

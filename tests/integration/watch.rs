@@ -341,6 +341,39 @@ async fn changes_made_while_no_musicd_runs_are_applied_from_the_resume_point() {
     );
 }
 
+/// The index built by `musicctl reindex`, a track moved before any follower ran: the
+/// first follower (no resume point anywhere) catches the move up instead of starting at
+/// the present and keeping the old path for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_follower_of_an_index_applies_changes_made_before_it_followed() {
+    let env = env_on(&shared_replica_set().uri()).await;
+    let (id, old_path) = env.track("a.mp3", b"old").await;
+    let output = env
+        .command("musicctl")
+        .args(["reindex", "--json"])
+        .output()
+        .expect("musicctl reindex");
+    crate::harness::succeeded(&output);
+    let old_path = Some(old_path.as_os_str().as_encoded_bytes().to_vec());
+    assert_eq!(env.cached(&id).await, old_path, "reindex wrote the path");
+    let new_path = env.write_file("a2.mp3", b"new");
+    env.set_path(&id, &new_path).await;
+    assert_eq!(env.cached(&id).await, old_path, "nobody follows yet");
+
+    let server = env.musicd().await;
+    served_within(
+        &server.track_url(&id),
+        StatusCode::OK,
+        Some(b"new"),
+        Duration::from_secs(5),
+    )
+    .await
+    .expect("the move made before anyone followed is applied");
+    let readyz = server.readyz().await;
+    assert_eq!(readyz["watch"]["state"], "following", "{readyz}");
+    assert_eq!(readyz["watch"]["rebuilds"], 1, "{readyz}");
+}
+
 /// Two `musicd run`: the follower is killed with SIGKILL while changes stream in; the
 /// other takes over within the lease and, after the run, every change is in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
