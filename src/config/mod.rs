@@ -217,6 +217,8 @@ pub struct CacheConfig {
     pub file_total_bytes: u64,
     /// Larger files kept open, at most this many (0: opened for every request).
     pub open_files: usize,
+    /// inotify watches the file cache may hold to skip the per-turn `stat` (0: none).
+    pub file_watches: usize,
 }
 
 /// How `musicd start` supervises the server.

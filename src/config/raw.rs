@@ -102,6 +102,7 @@ pub(super) struct RawCache {
     pub(super) file_max_bytes: Option<u64>,
     pub(super) file_total_bytes: Option<u64>,
     pub(super) open_files: Option<usize>,
+    pub(super) file_watches: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -245,6 +245,7 @@ impl RawConfig {
                 .file_total_bytes
                 .unwrap_or(CACHE_FILE_TOTAL_BYTES),
             open_files: self.cache.open_files.unwrap_or(CACHE_OPEN_FILES),
+            file_watches: self.cache.file_watches.unwrap_or(CACHE_FILE_WATCHES),
         };
         if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
             return Err(err_at(

@@ -319,6 +319,26 @@ impl Metrics {
     }
 }
 
+/// How the file cache proves its copies current: `stat` calls, watcher drains, watches.
+pub fn render_file_checks(out: &mut String, cache: &super::file::cache::FileCache) {
+    let checks = "musicd_file_cache_checks_total";
+    family(
+        out,
+        checks,
+        "counter",
+        "Checks that cached files are unchanged: a stat of one file, or a drain of inotify vouching for every watched one.",
+    );
+    let _ = writeln!(out, "{checks}{{by=\"stat\"}} {}", cache.stats());
+    let _ = writeln!(out, "{checks}{{by=\"drain\"}} {}", cache.drains());
+    single(
+        out,
+        "musicd_file_cache_watches",
+        "gauge",
+        "inotify watches held by the file cache (cache.file_watches caps them).",
+        cache.watches(),
+    );
+}
+
 /// The change-stream follower's series (`crate::watch`), appended to `out`.
 pub fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
     let following = u8::from(watch.state() == crate::watch::WatchState::Following);

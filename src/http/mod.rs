@@ -90,6 +90,7 @@ impl AppState {
                 config.cache.file_max_bytes,
                 config.cache.file_total_bytes,
                 config.cache.open_files,
+                config.cache.file_watches,
             ),
             zero_copy: config.zero_copy,
             rate_bytes_per_sec: config.limits.rate_bytes_per_sec,

@@ -121,6 +121,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         state.files.cache.used_bytes(),
         state.resolver.local_len(),
     );
+    super::metrics::render_file_checks(&mut text, &state.files.cache);
     super::metrics::render_watch(&mut text, &state.watch);
     (
         [(

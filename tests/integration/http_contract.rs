@@ -537,6 +537,68 @@ async fn healthz_and_readyz_report_json() {
     assert_eq!(body["mongodb"]["ok"], true);
 }
 
+/// Many different hot files: after the `stat` that arms each, one drain of inotify per
+/// loop turn vouches for all of them (`cache.file_watches`), and a file replaced by rename
+/// is still never served stale. With the watcher off, the same requests cost a `stat` each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_files_are_proven_current_by_one_drain_not_a_stat_each() {
+    const FILES: u64 = 40;
+    const ROUNDS: u64 = 8;
+    for (settings, watched) in [(&[][..], true), (&["cache.file_watches=0"][..], false)] {
+        let env = TestEnv::shared_with(settings).await;
+        let mut tracks = Vec::new();
+        for f in 0..FILES {
+            tracks.push(env.track(&format!("hot{f}.mp3"), &pattern(2048, f)).await);
+        }
+        let server = env.musicd().await;
+        let client = crate::harness::client();
+        let stats = || async {
+            let text = crate::harness::get_text(&server.url("/metrics")).await;
+            crate::harness::metric(&text, "musicd_file_cache_checks_total{by=\"stat\"}")
+                .expect("stat checks")
+        };
+        let before = stats().await;
+        for round in 0..ROUNDS {
+            for (f, (id, path)) in tracks.iter().enumerate() {
+                let f = f as u64;
+                let expected = if round >= 4 && f == 0 {
+                    pattern(2048, 99)
+                } else {
+                    pattern(2048, f)
+                };
+                let body = client
+                    .get(server.track_url(id))
+                    .send()
+                    .await
+                    .expect("GET")
+                    .bytes()
+                    .await
+                    .expect("body");
+                assert_eq!(body, expected, "round {round}, file {f}");
+                if round == 3 && f == 0 {
+                    let tmp = path.with_extension("tmp");
+                    std::fs::write(&tmp, pattern(2048, 99)).expect("write");
+                    std::fs::rename(&tmp, path).expect("rename");
+                }
+            }
+        }
+        let made = stats().await - before;
+        let requests = (FILES * ROUNDS) as f64;
+        if watched {
+            // One to arm each file, a few more for the renamed one.
+            assert!(
+                made <= (FILES + 5) as f64,
+                "{made} stats for {requests} requests"
+            );
+        } else {
+            assert!(
+                made >= requests - 2.0 * FILES as f64,
+                "only {made} stats without watches"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
     let env = TestEnv::new().await;

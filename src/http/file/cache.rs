@@ -18,10 +18,14 @@
 //! saw the file as it is since. A request read after the last matching `stat` began gets
 //! a `stat` of its own. So a hot file costs one `stat` per event-loop turn instead of one
 //! per request: [`FileCache::worth_waiting`] tells the caller when to let the loop's other
-//! ready connections read their requests first (`super::from_cache`). The promise is the
-//! same as a `stat` per request, with nothing kernel-side to run out of: inotify would need
-//! a watch per directory, capped by `fs.inotify.max_user_watches`, and a fallback to
-//! exactly this `stat` beyond it.
+//! ready connections read their requests first (`super::from_cache`).
+//!
+//! Many different hot files would still cost a `stat` each per turn. So an entry whose
+//! path can be watched is also *armed* by its `stat` ([`super::watch`]): from then on one
+//! drain of the process's inotify descriptor per loop turn vouches for every armed entry
+//! at once, under the same rule (a drain begun after the request was read, and no event
+//! for the entry). Entries that cannot be watched, or once the watch limit is reached,
+//! keep the `stat`.
 //!
 //! Memory is bounded by `file_total_bytes` and descriptors by `open_files`; when full, the
 //! least recently used entries of that kind go.
@@ -36,6 +40,7 @@ use bytes::Bytes;
 
 use super::facts::FileFacts;
 use super::identity::Identity;
+use super::watch::{EntryWatch, Watcher};
 
 /// What a cache entry holds.
 #[derive(Debug)]
@@ -62,6 +67,8 @@ pub struct CachedFile {
     /// When the last `stat` that found the file unchanged began, in ns since the cache's
     /// epoch (0: never).
     checked: AtomicU64,
+    /// Its standing with the watcher.
+    watch: Arc<EntryWatch>,
 }
 
 impl CachedFile {
@@ -73,6 +80,7 @@ impl CachedFile {
             facts,
             last_used: AtomicU64::new(0),
             checked: AtomicU64::new(0),
+            watch: Arc::default(),
         }
     }
 
@@ -101,6 +109,10 @@ pub struct FileCache {
     clock: AtomicU64,
     /// The origin of the `checked` instants.
     epoch: Instant,
+    /// Vouches for armed entries without a `stat`; `None`: `cache.file_watches = 0` or no
+    /// inotify.
+    watcher: Option<Watcher>,
+    stats: AtomicU64,
 }
 
 /// A copy checked this recently before a request was read is a hot file: the loop's other
@@ -110,8 +122,9 @@ const HOT: Duration = Duration::from_millis(2);
 
 impl FileCache {
     /// A cache for files up to `max_file` bytes in memory, `budget` bytes in all (0: no
-    /// copies in memory), and for at most `max_open` larger files kept open (0: none).
-    pub fn new(max_file: u64, budget: u64, max_open: usize) -> FileCache {
+    /// copies in memory), for at most `max_open` larger files kept open (0: none), and
+    /// using at most `watches` inotify watches (0: a `stat` per loop turn for every file).
+    pub fn new(max_file: u64, budget: u64, max_open: usize, watches: usize) -> FileCache {
         FileCache {
             files: RwLock::new(HashMap::new()),
             max_file: if budget == 0 { 0 } else { max_file },
@@ -121,7 +134,13 @@ impl FileCache {
             open: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             epoch: Instant::now(),
+            watcher: Watcher::new(watches),
+            stats: AtomicU64::new(0),
         }
+    }
+
+    fn now(&self) -> u64 {
+        self.since_epoch(Instant::now())
     }
 
     fn since_epoch(&self, at: Instant) -> u64 {
@@ -162,23 +181,45 @@ impl FileCache {
     /// request read at `read_at` (or later).
     ///
     /// Makes one `stat` call on the calling thread, unless one begun after `read_at`
-    /// already found the file unchanged: cheap for local files, and the price of never
-    /// serving a stale copy.
+    /// already found the file unchanged, or the entry is armed and a drain of the watcher
+    /// begun after `read_at` (this one's, if need be) saw no event for it: cheap for local
+    /// files, and the price of never serving a stale copy.
     pub fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
-        if cached.checked.load(Ordering::Acquire) <= self.since_epoch(read_at) {
-            let began = self.since_epoch(Instant::now());
-            let Ok(metadata) = std::fs::metadata(raw_path) else {
-                return false;
-            };
-            if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
-                return false;
-            }
-            cached.checked.fetch_max(began, Ordering::AcqRel);
+        let read_ns = self.since_epoch(read_at);
+        let fresh = cached.checked.load(Ordering::Acquire) > read_ns
+            || self
+                .watcher
+                .as_ref()
+                .is_some_and(|w| w.vouches(&cached.watch, read_ns, || self.now()))
+            || self.unchanged_on_disk(raw_path, cached);
+        if fresh {
+            cached.last_used.store(
+                self.clock.fetch_add(1, Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
         }
-        cached.last_used.store(
-            self.clock.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
+        fresh
+    }
+
+    /// The `stat`: whether `raw_path` is still the cached version. Arms the entry when it
+    /// can be watched.
+    fn unchanged_on_disk(&self, raw_path: &str, cached: &CachedFile) -> bool {
+        let arming = self
+            .watcher
+            .as_ref()
+            .and_then(|w| w.arming(raw_path, &cached.watch, || self.now()));
+        let began = self.now();
+        self.stats.fetch_add(1, Ordering::Relaxed);
+        let Ok(metadata) = std::fs::metadata(raw_path) else {
+            return false;
+        };
+        if !metadata.is_file() || Identity::of(&metadata) != cached.identity {
+            return false;
+        }
+        cached.checked.fetch_max(began, Ordering::AcqRel);
+        if let (Some(watcher), Some(arming)) = (&self.watcher, arming) {
+            watcher.arm(&cached.watch, arming);
+        }
         true
     }
 
@@ -187,9 +228,12 @@ impl FileCache {
     /// and its last check began before the request was read, so one of those requests'
     /// `stat` (or this one's, made after theirs are read) serves them all.
     pub fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
-        let checked = cached.checked.load(Ordering::Acquire);
+        let last = match &self.watcher {
+            Some(watcher) if cached.watch.is_armed() => watcher.drained(),
+            _ => cached.checked.load(Ordering::Acquire),
+        };
         let read_at = self.since_epoch(read_at);
-        checked != 0 && checked <= read_at && read_at - checked < HOT.as_nanos() as u64
+        last != 0 && last <= read_at && read_at - last < HOT.as_nanos() as u64
     }
 
     /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
@@ -251,6 +295,21 @@ impl FileCache {
         self.open.load(Ordering::Relaxed)
     }
 
+    /// `stat` calls made to prove copies current.
+    pub fn stats(&self) -> u64 {
+        self.stats.load(Ordering::Relaxed)
+    }
+
+    /// Drains of the watcher made to prove copies current.
+    pub fn drains(&self) -> u64 {
+        self.watcher.as_ref().map_or(0, Watcher::drains)
+    }
+
+    /// inotify watches held.
+    pub fn watches(&self) -> usize {
+        self.watcher.as_ref().map_or(0, Watcher::watches)
+    }
+
     /// Bytes held.
     pub fn used_bytes(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
@@ -307,7 +366,7 @@ mod tests {
     /// A cache holding `a.mp3` ("version 1") in `dir`.
     fn one_cached_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, FileCache) {
         let path = dir.path().join("a.mp3");
-        let cache = FileCache::new(1000, 10_000, 10);
+        let cache = FileCache::new(1000, 10_000, 10, 0);
         cache.insert(path.to_str().expect("utf8"), entry(&path, b"version 1"));
         (path, cache)
     }
@@ -389,10 +448,162 @@ mod tests {
         assert!(!cache.worth_waiting(&third, Instant::now()));
     }
 
+    /// A watching cache holding `d/a.mp3` ("version 1") in `dir`, checked once (armed).
+    fn one_watched_file(
+        dir: &tempfile::TempDir,
+        watches: usize,
+    ) -> (std::path::PathBuf, FileCache) {
+        let sub = dir.path().join("d");
+        std::fs::create_dir(&sub).expect("mkdir");
+        let path = sub.join("a.mp3");
+        let cache = FileCache::new(1000, 10_000, 10, watches);
+        cache.insert(path.to_str().expect("utf8"), entry(&path, b"version 1"));
+        assert!(fresh(&cache, &path).is_some(), "the first check: a stat");
+        (path, cache)
+    }
+
+    /// Whether a check for a request read now needed no `stat` (and found it fresh).
+    fn vouched_without_stat(cache: &FileCache, path: &std::path::Path) -> bool {
+        let stats = cache.stats();
+        fresh(cache, path).is_some() && cache.stats() == stats
+    }
+
+    /// Puts `bytes` in place at `path` again, as a new entry, checked once.
+    fn recache(cache: &FileCache, path: &std::path::Path, bytes: &[u8]) {
+        cache.insert(path.to_str().expect("utf8"), entry(path, bytes));
+        assert!(fresh(cache, path).is_some());
+    }
+
+    #[test]
+    fn a_watched_file_needs_no_stat_until_anything_on_its_path_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 100);
+        assert!(
+            cache.watches() >= 3,
+            "directories and the file: {}",
+            cache.watches()
+        );
+        for _ in 0..3 {
+            assert!(vouched_without_stat(&cache, &path));
+        }
+        assert!(cache.drains() >= 3);
+
+        // Replaced by rename.
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"version 2").expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        assert!(fresh(&cache, &path).is_none(), "renamed over");
+
+        // Rewritten in place, same length.
+        recache(&cache, &path, b"version 3");
+        assert!(vouched_without_stat(&cache, &path));
+        std::fs::write(&path, b"version 4").expect("write");
+        assert!(fresh(&cache, &path).is_none(), "rewritten");
+
+        // Written through a hard link in a directory nobody watches.
+        recache(&cache, &path, b"version 5");
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        let link = elsewhere.path().join("b.mp3");
+        std::fs::hard_link(&path, &link).expect("link");
+        assert!(fresh(&cache, &path).is_some(), "a new link changes nothing");
+        assert!(vouched_without_stat(&cache, &path));
+        std::fs::write(&link, b"version 6").expect("write");
+        assert!(
+            fresh(&cache, &path).is_none(),
+            "written through another link"
+        );
+
+        // Its directory swapped for another holding the same name.
+        recache(&cache, &path, b"version 7");
+        assert!(vouched_without_stat(&cache, &path));
+        let sub = path.parent().expect("parent");
+        std::fs::rename(sub, dir.path().join("d.old")).expect("rename dir");
+        std::fs::create_dir(sub).expect("mkdir");
+        std::fs::write(&path, b"version 8").expect("write");
+        assert!(fresh(&cache, &path).is_none(), "directory swapped");
+
+        // Deleted.
+        recache(&cache, &path, b"version 9");
+        assert!(vouched_without_stat(&cache, &path));
+        std::fs::remove_file(&path).expect("rm");
+        assert!(fresh(&cache, &path).is_none(), "deleted");
+    }
+
+    #[test]
+    fn a_drain_vouches_only_for_requests_read_before_it_began() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 100);
+        let raw = path.to_str().expect("utf8");
+        let read_early = Instant::now();
+        assert!(cache.get_fresh(raw, read_early).is_some());
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, b"version 2").expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        // Sent before the rename: the copy was current then.
+        assert!(cache.get_fresh(raw, read_early).is_some());
+        assert!(cache.get_fresh(raw, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn what_cannot_be_watched_stays_on_a_stat_and_is_never_stale() {
+        // Through a symbolic link: the link could be pointed elsewhere with no event on
+        // the way the path is spelled.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).expect("mkdir");
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).expect("symlink");
+        let path = dir.path().join("link/a.mp3");
+        let cache = FileCache::new(1000, 10_000, 10, 100);
+        recache(&cache, &path, b"version 1");
+        assert!(
+            !vouched_without_stat(&cache, &path),
+            "a symlinked path: a stat each time"
+        );
+        std::fs::write(real.join("tmp"), b"version 2").expect("write");
+        std::fs::rename(real.join("tmp"), real.join("a.mp3")).expect("rename");
+        assert!(fresh(&cache, &path).is_none());
+
+        // Past the watch limit: too deep for two watches.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 2);
+        assert_eq!(cache.watches(), 0);
+        assert!(
+            !vouched_without_stat(&cache, &path),
+            "over the limit: a stat each time"
+        );
+        std::fs::write(&path, b"version 2").expect("write");
+        assert!(fresh(&cache, &path).is_none());
+    }
+
+    #[test]
+    fn lost_events_disarm_every_entry_until_its_next_stat() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 100);
+        assert!(vouched_without_stat(&cache, &path));
+        // More events than the kernel queues: some are lost.
+        let queue: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .expect("max_queued_events")
+            .trim()
+            .parse()
+            .expect("a number");
+        let sub = path.parent().expect("parent");
+        for i in 0..=queue {
+            std::fs::File::create(sub.join(format!("n{i}"))).expect("create");
+        }
+        let stats = cache.stats();
+        assert!(fresh(&cache, &path).is_some(), "unchanged");
+        assert_eq!(
+            cache.stats(),
+            stats + 1,
+            "checked with a stat after the overflow"
+        );
+        assert!(vouched_without_stat(&cache, &path), "and armed again");
+    }
+
     #[test]
     fn open_descriptors_stay_within_their_cap() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cache = FileCache::new(0, 0, 2);
+        let cache = FileCache::new(0, 0, 2, 0);
         let paths: Vec<_> = (0..3).map(|i| dir.path().join(format!("{i}"))).collect();
         for path in &paths {
             std::fs::write(path, b"large").expect("write");
@@ -407,7 +618,7 @@ mod tests {
     #[test]
     fn memory_stays_within_budget_evicting_the_least_recently_used() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let cache = FileCache::new(400, 1000, 0);
+        let cache = FileCache::new(400, 1000, 0, 0);
         let paths: Vec<_> = (0..4).map(|i| dir.path().join(format!("{i}"))).collect();
         for path in &paths[..3] {
             cache.insert(path.to_str().expect("utf8"), entry(path, &[0u8; 300]));

@@ -2,7 +2,8 @@
 //!
 //! A hot file is answered on the event loop from the file cache ([`from_cache`]: a copy in
 //! memory or an open descriptor, proven current by a `stat` begun after the request was
-//! read, which one `stat` per loop turn gives a hot file). Otherwise everything
+//! read, which one `stat` per loop turn gives a hot file, or by a drain of inotify begun
+//! after it, one per loop turn for every watched file: [`watch`]). Otherwise everything
 //! that touches the disk (confining the path, opening, `fstat`, reading a small body)
 //! happens in one hop to the blocking pool in [`prepare`]. The decisions in between are
 //! the pure functions of [`conditional`] and [`range`]; the answer's header lines are
@@ -12,7 +13,8 @@
 //!
 //! Submodules: [`request`] (what is read from the request), [`conditional`] and [`range`]
 //! (RFC 9110 decisions), [`facts`] (header lines per file version), [`identity`] (what a
-//! version of a file is), [`cache`] (hot files in memory or open), and the offload headers.
+//! version of a file is), [`cache`] (hot files in memory or open), [`watch`] (kernel
+//! notification that they did not change), and the offload headers.
 
 pub mod cache;
 pub mod conditional;
@@ -21,6 +23,7 @@ pub mod identity;
 mod offload;
 pub mod range;
 pub mod request;
+pub mod watch;
 
 use std::fs::File;
 use std::io;
@@ -449,7 +452,7 @@ mod tests {
             cache_control: HeaderValue::from_static("public"),
             max_ranges: 16,
             accel_location: "/internal".into(),
-            cache: FileCache::new(0, 0, 0),
+            cache: FileCache::new(0, 0, 0, 0),
             zero_copy: true,
             rate_bytes_per_sec: 0,
             rate_after_bytes: 0,

@@ -1,0 +1,481 @@
+//! Kernel notification that cached files did not change: one `poll` per loop turn where a
+//! `stat` per hot file was needed.
+//!
+//! [`super::cache`] proves a copy current with a `stat` begun after its request was read.
+//! One `stat` serves every request for that file read before it, but a loop turn serving
+//! many *different* small files still makes one `stat` each: 12 % of musicd's CPU serving
+//! 1,000 small files at random. This module lets one drain of an inotify descriptor vouch
+//! for all of them, with the same promise:
+//!
+//! * **What is watched.** For a cached `/a/b/f.mp3`: each directory on the way (`/`, `/a`,
+//!   `/a/b`) for names being created, deleted, renamed or changing attributes, and the file
+//!   itself for writes and attribute changes through any of its links. Each watch records
+//!   which entries depend on which name in it, so an event disarms only what it can change.
+//! * **Armed.** An entry is armed once its watches are in place and a `stat` begun after
+//!   that found the file unchanged ([`Watcher::arming`], then [`Watcher::arm`]). An event
+//!   naming it disarms it (its `dirty` count moves) and drops its registration, so the next
+//!   `stat` watches whatever the path names by then.
+//! * **Drained.** A drain ([`Watcher::drain`]) reads every event queued before it began,
+//!   disarms what they name, then publishes when it began. A change queues its event before
+//!   the system call making it returns, so an armed entry is current for any request read
+//!   before the last drain began: the rule a `stat` begun after the request was read keeps.
+//! * **What stays on `stat`.** A path through a symbolic link, `.` or `..` (what it names
+//!   could change without an event on the way); a directory or file not on a local
+//!   filesystem (NFS, SMB, FUSE and other network filesystems change without telling this
+//!   kernel; trusted are ext2/3/4, XFS, Btrfs, tmpfs, F2FS and overlayfs); a watch the
+//!   kernel refuses (`fs.inotify.max_user_watches`, shared by every process of the user) or
+//!   past `cache.file_watches`, which also logs one warning. Those entries keep the `stat`
+//!   per loop turn, so reaching a limit costs speed, never correctness.
+//! * **Lost certainty.** A queue overflow (events lost) or a change of the mount table (a
+//!   mount over a directory on the way changes what a path names without any event) drops
+//!   every watch and disarms every entry; they are armed again by their next `stat`.
+//!
+//! The descriptor is read only under the tables' lock, so no drain can publish its start
+//! while another holds events it has not applied yet.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
+use rustix::io::Errno;
+
+/// A directory on the way: its names coming, going, renamed, or changing attributes, and
+/// itself being moved or deleted. `ONLYDIR | DONT_FOLLOW`: a symbolic link is refused.
+fn directory_events() -> WatchFlags {
+    WatchFlags::CREATE
+        | WatchFlags::DELETE
+        | WatchFlags::MOVED_FROM
+        | WatchFlags::MOVED_TO
+        | WatchFlags::ATTRIB
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::ONLYDIR
+        | WatchFlags::DONT_FOLLOW
+}
+
+/// The file: written, truncated, touched, through whichever link.
+fn file_events() -> WatchFlags {
+    WatchFlags::MODIFY
+        | WatchFlags::ATTRIB
+        | WatchFlags::CLOSE_WRITE
+        | WatchFlags::DELETE_SELF
+        | WatchFlags::MOVE_SELF
+        | WatchFlags::DONT_FOLLOW
+}
+
+/// Filesystems whose every change is made by this kernel, so inotify sees it.
+const TRUSTED_FILESYSTEMS: [u64; 6] = [
+    0xEF53,      // ext2, ext3, ext4
+    0x5846_5342, // XFS
+    0x9123_683E, // Btrfs
+    0x0102_1994, // tmpfs
+    0xF2F5_2010, // F2FS
+    0x794C_7630, // overlayfs: changes made through it are reported
+];
+
+/// Registrations between sweeps of dead entries and unused watches.
+const SWEEP_EVERY: usize = 1024;
+
+/// One cache entry's standing with the watcher.
+#[derive(Debug, Default)]
+pub struct EntryWatch {
+    /// Moves with every event that names the entry.
+    dirty: AtomicU64,
+    /// `dirty + 1` as it was when the entry was last armed; 0: never.
+    armed: AtomicU64,
+    /// Its watches are in place for the path as it is.
+    registered: AtomicBool,
+    /// It cannot be watched (see the module doc): it stays on `stat`.
+    unwatchable: AtomicBool,
+}
+
+impl EntryWatch {
+    /// Whether no event named it since it was last armed.
+    pub fn is_armed(&self) -> bool {
+        let armed = self.armed.load(Ordering::Acquire);
+        armed != 0 && armed == self.dirty.load(Ordering::Acquire).wrapping_add(1)
+    }
+
+    fn disarm(&self) {
+        self.registered.store(false, Ordering::Release);
+        self.dirty.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// What [`Watcher::arming`] saw before the `stat` that may arm an entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Arming {
+    dirty: u64,
+}
+
+/// Entries depending on one name, by address.
+type Dependents = HashMap<usize, Weak<EntryWatch>>;
+
+/// One watch: the entries depending on each name in it (`b""`: on the watched file itself).
+#[derive(Default)]
+struct Watched {
+    names: HashMap<Box<[u8]>, Dependents>,
+}
+
+impl Watched {
+    fn disarm_all(&self) {
+        for dependents in self.names.values() {
+            disarm(dependents);
+        }
+    }
+}
+
+fn disarm(dependents: &Dependents) {
+    for entry in dependents.values().filter_map(Weak::upgrade) {
+        entry.disarm();
+    }
+}
+
+struct Tables {
+    watches: HashMap<i32, Watched>,
+    since_sweep: usize,
+    warned_full: bool,
+}
+
+/// Why an entry cannot be watched.
+#[derive(Debug, PartialEq, Eq)]
+enum Refusal {
+    /// Not a plain path on a trusted filesystem, or not readable.
+    Path,
+    /// `cache.file_watches` or the kernel's limit reached.
+    Full,
+}
+
+/// The process's inotify descriptor and what depends on each of its watches.
+pub struct Watcher {
+    inotify: OwnedFd,
+    /// `/proc/self/mountinfo`, which `poll` reports as changed when the mount table changes.
+    mounts: File,
+    limit: usize,
+    /// When the last complete drain began, in ns since the cache's epoch.
+    drained: AtomicU64,
+    tables: Mutex<Tables>,
+    watches: AtomicUsize,
+    drains: AtomicU64,
+}
+
+impl Watcher {
+    /// A watcher holding at most `limit` watches; `None` when the kernel offers no inotify
+    /// or no mount-table notification (then every entry stays on `stat`).
+    pub fn new(limit: usize) -> Option<Watcher> {
+        if limit == 0 {
+            return None;
+        }
+        let opened = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
+            .map_err(std::io::Error::from)
+            .and_then(|inotify| Ok((inotify, File::open("/proc/self/mountinfo")?)));
+        let (inotify, mounts) = match opened {
+            Ok(both) => both,
+            Err(err) => {
+                tracing::warn!(error = %err, "no inotify: hot files are checked with a stat per loop turn");
+                return None;
+            }
+        };
+        Some(Watcher {
+            inotify,
+            mounts,
+            limit,
+            drained: AtomicU64::new(0),
+            tables: Mutex::new(Tables {
+                watches: HashMap::new(),
+                since_sweep: 0,
+                warned_full: false,
+            }),
+            watches: AtomicUsize::new(0),
+            drains: AtomicU64::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// When the last complete drain began (ns since the cache's epoch; 0: never).
+    pub fn drained(&self) -> u64 {
+        self.drained.load(Ordering::Acquire)
+    }
+
+    /// Watches held.
+    pub fn watches(&self) -> usize {
+        self.watches.load(Ordering::Relaxed)
+    }
+
+    /// Drains made.
+    pub fn drains(&self) -> u64 {
+        self.drains.load(Ordering::Relaxed)
+    }
+
+    /// Whether `entry` is current for a request read at `read_ns`: armed, and no event
+    /// for it queued before a drain begun after `read_ns`. Drains if none has begun since.
+    pub fn vouches(&self, entry: &EntryWatch, read_ns: u64, now_ns: impl Fn() -> u64) -> bool {
+        if !entry.is_armed() {
+            return false;
+        }
+        if self.drained() <= read_ns {
+            self.drain(read_ns, now_ns);
+        }
+        // The drain's start is loaded before the entry: its disarming happened before.
+        self.drained() > read_ns && entry.is_armed()
+    }
+
+    /// Reads every queued event and disarms what they name, unless a drain begun after
+    /// `read_ns` already did; publishes when it began.
+    pub fn drain(&self, read_ns: u64, now_ns: impl Fn() -> u64) {
+        let mut tables = self.lock();
+        if self.drained() <= read_ns {
+            self.drain_locked(&mut tables, now_ns());
+        }
+    }
+
+    fn drain_locked(&self, tables: &mut Tables, began: u64) {
+        let mut fds = [
+            PollFd::new(&self.inotify, PollFlags::IN),
+            PollFd::new(&self.mounts, PollFlags::PRI),
+        ];
+        let immediately = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if rustix::event::poll(&mut fds, Some(&immediately)).is_err() {
+            return;
+        }
+        self.drains.fetch_add(1, Ordering::Relaxed);
+        let (events, mounts) = (fds[0].revents(), fds[1].revents());
+        if mounts.intersects(PollFlags::PRI | PollFlags::ERR) {
+            tracing::info!(
+                "the mount table changed: every cached file is checked with a stat again"
+            );
+            self.forget_all(tables);
+        }
+        if events.contains(PollFlags::IN) && !self.read_events(tables) {
+            return;
+        }
+        self.drained.fetch_max(began, Ordering::AcqRel);
+    }
+
+    /// Applies queued events until none is left; false when reading failed.
+    fn read_events(&self, tables: &mut Tables) -> bool {
+        let mut buffer = [MaybeUninit::<u8>::uninit(); 16 * 1024];
+        let mut reader = inotify::Reader::new(&self.inotify, &mut buffer);
+        loop {
+            match reader.next() {
+                Ok(event) => {
+                    let name = event.file_name().map(|n| n.to_bytes());
+                    if self.apply(tables, event.wd(), event.events(), name) {
+                        // Everything was dropped: what is still queued names nothing.
+                        return true;
+                    }
+                }
+                Err(Errno::AGAIN) => return true,
+                Err(Errno::INTR) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading inotify failed; checking hot files with stat");
+                    self.forget_all(tables);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Disarms what one event names; true when it dropped every watch.
+    fn apply(&self, tables: &mut Tables, wd: i32, flags: ReadFlags, name: Option<&[u8]>) -> bool {
+        if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+            tracing::warn!(
+                "inotify queue overflowed: every cached file is checked with a stat again"
+            );
+            self.forget_all(tables);
+            return true;
+        }
+        let Some(watched) = tables.watches.get(&wd) else {
+            return false;
+        };
+        match name.filter(|n| !n.is_empty()) {
+            Some(name) => {
+                if let Some(dependents) = watched.names.get(name) {
+                    disarm(dependents);
+                }
+            }
+            // About the watched directory or file itself.
+            None => watched.disarm_all(),
+        }
+        if flags.contains(ReadFlags::IGNORED) {
+            tables.watches.remove(&wd);
+            self.watches.store(tables.watches.len(), Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// Drops every watch and disarms every entry.
+    fn forget_all(&self, tables: &mut Tables) {
+        for (wd, watched) in tables.watches.drain() {
+            watched.disarm_all();
+            let _ = inotify::remove_watch(&self.inotify, wd);
+        }
+        self.watches.store(0, Ordering::Relaxed);
+    }
+
+    /// Before the `stat` that may arm `entry` (cached for `raw_path`): puts its watches
+    /// in place if they are not, and notes its state. `None`: it stays on `stat`.
+    pub fn arming(
+        &self,
+        raw_path: &str,
+        entry: &Arc<EntryWatch>,
+        now_ns: impl Fn() -> u64,
+    ) -> Option<Arming> {
+        if entry.unwatchable.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut tables = self.lock();
+        if !entry.registered.load(Ordering::Acquire) {
+            // Events already queued are about the path's past (the write that made this
+            // version, the entry it replaces): applied now, they cannot disarm this one.
+            self.drain_locked(&mut tables, now_ns());
+            match self.register(&mut tables, raw_path, entry) {
+                Ok(()) => entry.registered.store(true, Ordering::Release),
+                Err(refusal) => {
+                    if refusal == Refusal::Full && !tables.warned_full {
+                        tables.warned_full = true;
+                        tracing::warn!(
+                            limit = self.limit,
+                            "file watches exhausted (cache.file_watches or fs.inotify.max_user_watches): further hot files are checked with a stat per loop turn"
+                        );
+                    }
+                    entry.unwatchable.store(true, Ordering::Relaxed);
+                    return None;
+                }
+            }
+        }
+        // Taken under the lock: an event queued since the watches were added is applied
+        // after this, and voids the arming.
+        Some(Arming {
+            dirty: entry.dirty.load(Ordering::Acquire),
+        })
+    }
+
+    /// After a `stat` begun after [`Watcher::arming`] found the file unchanged.
+    pub fn arm(&self, entry: &EntryWatch, arming: Arming) {
+        entry
+            .armed
+            .store(arming.dirty.wrapping_add(1), Ordering::Release);
+    }
+
+    fn register(
+        &self,
+        tables: &mut Tables,
+        raw_path: &str,
+        entry: &Arc<EntryWatch>,
+    ) -> Result<(), Refusal> {
+        let names = plain_names(raw_path).ok_or(Refusal::Path)?;
+        if tables.watches.len() + names.len() + 1 > self.limit || tables.since_sweep >= SWEEP_EVERY
+        {
+            self.sweep(tables);
+            if tables.watches.len() + names.len() + 1 > self.limit {
+                return Err(Refusal::Full);
+            }
+        }
+        let mut at = PathBuf::from("/");
+        for name in &names {
+            let wd = self.watch(&at, directory_events())?;
+            depend(tables, wd, name.as_encoded_bytes(), entry);
+            at.push(name);
+        }
+        let is_file = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_file());
+        if !is_file {
+            return Err(Refusal::Path);
+        }
+        let wd = self.watch(&at, file_events())?;
+        depend(tables, wd, b"", entry);
+        tables.since_sweep += 1;
+        self.watches.store(tables.watches.len(), Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn watch(&self, path: &Path, flags: WatchFlags) -> Result<i32, Refusal> {
+        let trusted = rustix::fs::statfs(path)
+            .is_ok_and(|fs| TRUSTED_FILESYSTEMS.contains(&(fs.f_type as u64)));
+        if !trusted {
+            return Err(Refusal::Path);
+        }
+        inotify::add_watch(&self.inotify, path, flags).map_err(|err| match err {
+            Errno::NOSPC => Refusal::Full,
+            _ => Refusal::Path,
+        })
+    }
+
+    /// Forgets entries no longer cached and removes the watches nothing depends on.
+    fn sweep(&self, tables: &mut Tables) {
+        tables.since_sweep = 0;
+        tables.watches.retain(|wd, watched| {
+            watched.names.retain(|_, dependents| {
+                dependents.retain(|_, entry| entry.strong_count() > 0);
+                !dependents.is_empty()
+            });
+            let used = !watched.names.is_empty();
+            if !used {
+                let _ = inotify::remove_watch(&self.inotify, *wd);
+            }
+            used
+        });
+        self.watches.store(tables.watches.len(), Ordering::Relaxed);
+    }
+}
+
+fn depend(tables: &mut Tables, wd: i32, name: &[u8], entry: &Arc<EntryWatch>) {
+    tables
+        .watches
+        .entry(wd)
+        .or_default()
+        .names
+        .entry(name.into())
+        .or_default()
+        .insert(Arc::as_ptr(entry) as usize, Arc::downgrade(entry));
+}
+
+/// The names of an absolute path spelled plainly (no `.`, `..`, `//` or trailing `/`).
+fn plain_names(raw_path: &str) -> Option<Vec<&std::ffi::OsStr>> {
+    let mut names = Vec::new();
+    let mut spelled = String::with_capacity(raw_path.len());
+    for component in Path::new(raw_path).components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(name) => {
+                spelled.push('/');
+                spelled.push_str(name.to_str()?);
+                names.push(name);
+            }
+            _ => return None,
+        }
+    }
+    (!names.is_empty() && spelled == raw_path).then_some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plainly_spelled_absolute_paths_are_watched() {
+        assert_eq!(plain_names("/srv/music/a.mp3").map(|n| n.len()), Some(3));
+        for odd in [
+            "srv/a.mp3",
+            "/srv/../a.mp3",
+            "/srv/./a.mp3",
+            "/srv//a.mp3",
+            "/srv/a.mp3/",
+            "/",
+        ] {
+            assert!(plain_names(odd).is_none(), "{odd}");
+        }
+    }
+}
