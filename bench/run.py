@@ -27,7 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REL = ROOT / "target" / "release"
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+# Five rounds: on this shared machine one 5 s round of a cell moves by up to 40 %, and
+# three left ratios near 1 to chance.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+# Each target of a cell first runs this long, not counted: the first round after another
+# server ran was the slow one (caches, CPU frequency, the server's own warm-up).
+WARMUP = int(os.environ.get("BENCH_WARMUP_SECONDS", "1"))
 # "|"-separated substrings of cell names (names contain commas) to run (all by default); a partial run prints
 # its table but does not replace the committed results file.
 ONLY = [c for c in os.environ.get("BENCH_CELLS", "").split("|") if c]
@@ -98,15 +103,15 @@ def latency_ms(text):
     return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
 
 
-def wrk(url, conns, pids, script=None, paths=None):
+def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS):
     threads = min(2, conns)
-    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{SECONDS}s", "--latency", "--timeout", "5s"]
+    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency", "--timeout", "5s"]
     env = dict(os.environ)
     if script:
         cmd += ["-s", str(ROOT / "bench" / "lua" / script)]
         env["PATHS"] = str(paths)
     before = cpu_ticks(pids)
-    out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, timeout=SECONDS + 60).stdout
+    out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, timeout=seconds + 60).stdout
     cpu = (cpu_ticks(pids) - before) / TICK
     m = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+\w+) read", out)
     requests, read = (int(m.group(1)), size(m.group(2))) if m else (0, 0.0)
@@ -115,8 +120,8 @@ def wrk(url, conns, pids, script=None, paths=None):
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors += int(non2xx.group(1)) if non2xx else 0
     return {
-        "rps": requests / SECONDS,
-        "mbps": read / SECONDS / 1e6,
+        "rps": requests / seconds,
+        "mbps": read / seconds / 1e6,
         "p99": latency_ms(p99.group(1)) if p99 else float("nan"),
         "errors": errors,
         "cpu_us_req": cpu / requests * 1e6 if requests else float("nan"),
@@ -404,6 +409,8 @@ http {{
                 if target is None:
                     continue
                 url, pids, script, paths = target
+                if r == 0 and WARMUP and not name.startswith("cache miss"):
+                    wrk(url, conns, pids, script, paths, seconds=WARMUP)
                 result = wrk(url, conns, pids, script, paths)
                 runs[label].append(result)
                 print(f"{name} c={conns} round {r + 1} {label}: {result['rps']:.0f} req/s "
@@ -416,7 +423,7 @@ http {{
         f"{time.strftime('%Y-%m-%d')}. The machine: {machine()}.",
         "",
         "wrk 2 threads on the same machine, loopback; medians of "
-        f"{ROUNDS} runs of {SECONDS} s, "
+        f"{ROUNDS} runs of {SECONDS} s (each target first warmed up for {WARMUP} s, not counted), "
         "targets alternated. CPU is the servers' own (utime+stime from /proc; for x-accel it is "
         "nginx + musicd). Access logs are off except in the cells that say \"access logs on\" "
         "(nginx `access_log ... combined buffer=64k flush=1s`, musicd `format = \"combined\"` to a file).",

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # musicd, nginx, h2o and lighttpd side by side, same files, same machine, same run.
-#   bench/run.sh                 (BENCH_SECONDS=5 BENCH_ROUNDS=3 by default)
+#   bench/run.sh                 (BENCH_SECONDS=5 BENCH_ROUNDS=5 BENCH_WARMUP_SECONDS=1 by default)
 #   BENCH_CELLS="4 MiB|healthz" bench/run.sh   (only cells whose "name c=conns" contains one)
 #   BENCH_BASELINE_BIN=/path/to/old/musicd bench/run.sh   (also that build, same run)
 # Writes bench/results/http.md. Loopback only; every wrk run is bounded in time.
