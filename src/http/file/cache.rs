@@ -40,7 +40,7 @@ use bytes::Bytes;
 
 use super::facts::FileFacts;
 use super::identity::Identity;
-use super::watch::{EntryWatch, Watcher};
+use super::watch::{EntryWatch, RESTAT_AFTER, Watcher};
 
 /// What a cache entry holds.
 #[derive(Debug)]
@@ -186,11 +186,14 @@ impl FileCache {
     /// files, and the price of never serving a stale copy.
     pub fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
         let read_ns = self.since_epoch(read_at);
-        let fresh = cached.checked.load(Ordering::Acquire) > read_ns
-            || self
-                .watcher
-                .as_ref()
-                .is_some_and(|w| w.vouches(&cached.watch, read_ns, || self.now()))
+        let checked = cached.checked.load(Ordering::Acquire);
+        let restat_due = read_ns.saturating_sub(checked) >= RESTAT_AFTER.as_nanos() as u64;
+        let fresh = checked > read_ns
+            || (!restat_due
+                && self
+                    .watcher
+                    .as_ref()
+                    .is_some_and(|w| w.vouches(&cached.watch, read_ns, || self.now())))
             || self.unchanged_on_disk(raw_path, cached);
         if fresh {
             cached.last_used.store(
@@ -280,6 +283,19 @@ impl FileCache {
         }
         files.insert(Arc::from(raw_path), Arc::clone(&file));
         file
+    }
+
+    /// Drops the entry holding `file` open: a transfer found it changed, so the next
+    /// request opens the path afresh even if no event has told the watcher yet.
+    pub fn evict_open(&self, file: &File) {
+        let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
+        let holding = files
+            .iter()
+            .find(|(_, f)| matches!(&f.content, Content::Open(open) if std::ptr::eq(Arc::as_ptr(open), file)))
+            .map(|(k, _)| Arc::clone(k));
+        if let Some(old) = holding.and_then(|key| files.remove(&key)) {
+            self.forget(&old);
+        }
     }
 
     fn forget(&self, old: &CachedFile) {
@@ -573,6 +589,36 @@ mod tests {
         );
         std::fs::write(&path, b"version 2").expect("write");
         assert!(fresh(&cache, &path).is_none());
+    }
+
+    #[test]
+    fn an_armed_copy_is_still_checked_with_a_stat_once_its_last_is_old() {
+        // Writes through a shared mmap or Linux AIO queue no inotify event.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 100);
+        assert!(vouched_without_stat(&cache, &path));
+        std::thread::sleep(RESTAT_AFTER);
+        assert!(
+            !vouched_without_stat(&cache, &path),
+            "a stat after RESTAT_AFTER"
+        );
+        assert!(vouched_without_stat(&cache, &path), "then vouched again");
+    }
+
+    #[test]
+    fn a_transfer_that_found_its_file_changed_evicts_the_open_entry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("large.mp3");
+        std::fs::write(&path, b"large").expect("write");
+        let cache = FileCache::new(0, 0, 2, 100);
+        let cached = cache.insert(path.to_str().expect("utf8"), opened(&path));
+        assert!(fresh(&cache, &path).is_some());
+        let Content::Open(file) = &cached.content else {
+            panic!("kept open");
+        };
+        cache.evict_open(file);
+        assert!(fresh(&cache, &path).is_none());
+        assert_eq!(cache.open_files(), 0);
     }
 
     #[test]

@@ -18,20 +18,31 @@
 //! * **Drained.** A drain ([`Watcher::drain`]) reads every event queued before it began,
 //!   disarms what they name, then publishes when it began. A change queues its event before
 //!   the system call making it returns, so an armed entry is current for any request read
-//!   before the last drain began: the rule a `stat` begun after the request was read keeps.
+//!   after such a call returned and before the last drain began.
+//! * **Where that is weaker than a `stat`, and what covers it.** The event is queued at the
+//!   end of the call, after its effect is visible (a truncation frees blocks in between):
+//!   a request read in that window may still get the old version, as if it had been read
+//!   just before the call. A transfer that notices its file changed under it evicts the
+//!   entry (`FileCache::evict_open`), so a client retrying after such a cut gets the new
+//!   version. Writes through a shared `mmap` and Linux AIO queue no event at all, so an
+//!   armed entry is still `stat`ed once its last `stat` is [`RESTAT_AFTER`] old: those
+//!   writers are seen within that time, as they would be by the `stat`'s mtime anyway.
 //! * **What stays on `stat`.** A path through a symbolic link, `.` or `..` (what it names
 //!   could change without an event on the way); a directory or file not on a local
-//!   filesystem (NFS, SMB, FUSE and other network filesystems change without telling this
-//!   kernel; trusted are ext2/3/4, XFS, Btrfs, tmpfs, F2FS and overlayfs); a watch the
-//!   kernel refuses (`fs.inotify.max_user_watches`, shared by every process of the user) or
-//!   past `cache.file_watches`, which also logs one warning. Those entries keep the `stat`
-//!   per loop turn, so reaching a limit costs speed, never correctness.
+//!   filesystem (NFS, SMB, FUSE, overlayfs and other network or stacked filesystems change
+//!   without telling this kernel, or without telling the inode watched; trusted are
+//!   ext2/3/4, XFS, Btrfs, tmpfs and F2FS); a watch the kernel refuses
+//!   (`fs.inotify.max_user_watches`, shared by every process of the user) or past
+//!   `cache.file_watches`, which also logs one warning. Those entries keep the `stat` per
+//!   loop turn, so reaching a limit costs speed, never correctness.
 //! * **Lost certainty.** A queue overflow (events lost) or a change of the mount table (a
 //!   mount over a directory on the way changes what a path names without any event) drops
 //!   every watch and disarms every entry; they are armed again by their next `stat`.
 //!
 //! The descriptor is read only under the tables' lock, so no drain can publish its start
-//! while another holds events it has not applied yet.
+//! while another holds events it has not applied yet. Registration checks the path
+//! (`statfs`, `lstat`) before taking the lock, so a slow filesystem stalls only the
+//! request that asked, not every loop's drain.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -69,15 +80,19 @@ fn file_events() -> WatchFlags {
         | WatchFlags::DONT_FOLLOW
 }
 
-/// Filesystems whose every change is made by this kernel, so inotify sees it.
-const TRUSTED_FILESYSTEMS: [u64; 6] = [
+/// Filesystems whose every change is made by this kernel on the inode watched, so inotify
+/// sees it.
+const TRUSTED_FILESYSTEMS: [u64; 5] = [
     0xEF53,      // ext2, ext3, ext4
     0x5846_5342, // XFS
     0x9123_683E, // Btrfs
     0x0102_1994, // tmpfs
     0xF2F5_2010, // F2FS
-    0x794C_7630, // overlayfs: changes made through it are reported
 ];
+
+/// An armed entry is `stat`ed again once its last `stat` is this old: changes inotify never
+/// reports (shared `mmap`, Linux AIO) are seen within it.
+pub const RESTAT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Registrations between sweeps of dead entries and unused watches.
 const SWEEP_EVERY: usize = 1024;
@@ -336,12 +351,23 @@ impl Watcher {
         if entry.unwatchable.load(Ordering::Relaxed) {
             return None;
         }
+        let accepted = if entry.registered.load(Ordering::Acquire) {
+            None
+        } else {
+            let Some(names) = watchable(raw_path) else {
+                entry.unwatchable.store(true, Ordering::Relaxed);
+                return None;
+            };
+            Some(names)
+        };
         let mut tables = self.lock();
-        if !entry.registered.load(Ordering::Acquire) {
+        if let Some(names) = accepted
+            && !entry.registered.load(Ordering::Acquire)
+        {
             // Events already queued are about the path's past (the write that made this
             // version, the entry it replaces): applied now, they cannot disarm this one.
             self.drain_locked(&mut tables, now_ns());
-            match self.register(&mut tables, raw_path, entry) {
+            match self.register(&mut tables, &names, entry) {
                 Ok(()) => entry.registered.store(true, Ordering::Release),
                 Err(refusal) => {
                     if refusal == Refusal::Full && !tables.warned_full {
@@ -370,13 +396,15 @@ impl Watcher {
             .store(arming.dirty.wrapping_add(1), Ordering::Release);
     }
 
+    /// Adds the watches of a path [`watchable`] accepted. What the path names may change
+    /// between that check and these watches; such a change queues an event after the
+    /// entry's state is noted, and disarms it.
     fn register(
         &self,
         tables: &mut Tables,
-        raw_path: &str,
+        names: &[&std::ffi::OsStr],
         entry: &Arc<EntryWatch>,
     ) -> Result<(), Refusal> {
-        let names = plain_names(raw_path).ok_or(Refusal::Path)?;
         if tables.watches.len() + names.len() + 1 > self.limit || tables.since_sweep >= SWEEP_EVERY
         {
             self.sweep(tables);
@@ -385,14 +413,10 @@ impl Watcher {
             }
         }
         let mut at = PathBuf::from("/");
-        for name in &names {
+        for name in names {
             let wd = self.watch(&at, directory_events())?;
             depend(tables, wd, name.as_encoded_bytes(), entry);
             at.push(name);
-        }
-        let is_file = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_file());
-        if !is_file {
-            return Err(Refusal::Path);
         }
         let wd = self.watch(&at, file_events())?;
         depend(tables, wd, b"", entry);
@@ -402,11 +426,6 @@ impl Watcher {
     }
 
     fn watch(&self, path: &Path, flags: WatchFlags) -> Result<i32, Refusal> {
-        let trusted = rustix::fs::statfs(path)
-            .is_ok_and(|fs| TRUSTED_FILESYSTEMS.contains(&(fs.f_type as u64)));
-        if !trusted {
-            return Err(Refusal::Path);
-        }
         inotify::add_watch(&self.inotify, path, flags).map_err(|err| match err {
             Errno::NOSPC => Refusal::Full,
             _ => Refusal::Path,
@@ -440,6 +459,30 @@ fn depend(tables: &mut Tables, wd: i32, name: &[u8], entry: &Arc<EntryWatch>) {
         .entry(name.into())
         .or_default()
         .insert(Arc::as_ptr(entry) as usize, Arc::downgrade(entry));
+}
+
+/// The names of `raw_path` if it can be watched: spelled plainly, a regular file, and it
+/// and every directory on the way on a trusted filesystem. A `statfs` per level and an
+/// `lstat`, made before taking the watcher's lock.
+fn watchable(raw_path: &str) -> Option<Vec<&std::ffi::OsStr>> {
+    let names = plain_names(raw_path)?;
+    let mut at = PathBuf::from("/");
+    for name in &names {
+        if !trusted(&at) {
+            return None;
+        }
+        at.push(name);
+    }
+    let is_file = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_file());
+    (is_file && trusted(&at)).then_some(names)
+}
+
+fn trusted(path: &Path) -> bool {
+    // `f_type` is signed on some architectures and narrower on others; the magic numbers
+    // are 32-bit.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::statfs(path)
+        .is_ok_and(|fs| TRUSTED_FILESYSTEMS.contains(&((fs.f_type as i64 as u64) & 0xFFFF_FFFF)))
 }
 
 /// The names of an absolute path spelled plainly (no `.`, `..`, `//` or trailing `/`).

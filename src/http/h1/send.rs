@@ -225,6 +225,7 @@ impl Connection {
                 Ok(()) => {}
                 Err(FileSendError::File(err)) => {
                     tracing::warn!(error = %err, "file transfer aborted");
+                    self.shared.app.state.files.cache.evict_open(file);
                     return Err(sent);
                 }
                 Err(FileSendError::Client(err)) => {
@@ -239,6 +240,7 @@ impl Connection {
             // meanwhile may have sent changed bytes. A reset makes the client discard the
             // transfer instead of keeping a body with a success status.
             tracing::warn!("file changed while it was being sent; resetting the connection");
+            self.shared.app.state.files.cache.evict_open(file);
             let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
             return Err(sent);
         }
