@@ -370,6 +370,8 @@ impl Watcher {
             match self.register(&mut tables, &names, entry) {
                 Ok(()) => entry.registered.store(true, Ordering::Release),
                 Err(refusal) => {
+                    // Watches added before the refusal stay until a sweep finds them unused.
+                    self.watches.store(tables.watches.len(), Ordering::Relaxed);
                     if refusal == Refusal::Full && !tables.warned_full {
                         tables.warned_full = true;
                         tracing::warn!(
