@@ -68,7 +68,9 @@ pub const CACHE_FILE_TOTAL_BYTES: u64 = 256 * 1024 * 1024;
 /// Default of `cache.open_files`.
 pub const CACHE_OPEN_FILES: usize = 1024;
 /// Default of `cache.file_watches`: room for the default `open_files` plus thousands of
-/// small files and their directories, well inside the kernel's usual per-user limit.
+/// small files and their directories. Kernels before 5.11 allow 8,192 per user by default
+/// (`fs.inotify.max_user_watches`); past that the kernel refuses and those files keep the
+/// `stat`.
 pub const CACHE_FILE_WATCHES: usize = 16_384;
 /// Default of `limits.header_read_timeout_secs`.
 pub const LIMITS_HEADER_READ_TIMEOUT_SECS: u64 = 10;

@@ -23,9 +23,11 @@
 //! Many different hot files would still cost a `stat` each per turn. So an entry whose
 //! path can be watched is also *armed* by its `stat` ([`super::watch`]): from then on one
 //! drain of the process's inotify descriptor per loop turn vouches for every armed entry
-//! at once, under the same rule (a drain begun after the request was read, and no event
-//! for the entry). Entries that cannot be watched, or once the watch limit is reached,
-//! keep the `stat`.
+//! at once (a drain begun after the request was read, and no event for the entry). That
+//! promise is the `stat`'s for every change whose call had returned when the request was
+//! read; where inotify is weaker, [`super::watch`] says what covers it (a `stat` at least
+//! every [`RESTAT_AFTER`], [`FileCache::evict_open`] after a transfer cut by a change).
+//! Entries that cannot be watched, or once the watch limit is reached, keep the `stat`.
 //!
 //! Memory is bounded by `file_total_bytes` and descriptors by `open_files`; when full, the
 //! least recently used entries of that kind go.
@@ -228,8 +230,9 @@ impl FileCache {
 
     /// Whether a request read at `read_at` for `cached` should let the event loop's other
     /// ready connections be read before it asks [`FileCache::is_fresh`]: the file is hot,
-    /// and its last check began before the request was read, so one of those requests'
-    /// `stat` (or this one's, made after theirs are read) serves them all.
+    /// and its last check (its `stat`, or for an armed entry the last drain) began before
+    /// the request was read, so one of those requests' check (or this one's, made after
+    /// theirs are read) serves them all.
     pub fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
         let last = match &self.watcher {
             Some(watcher) if cached.watch.is_armed() => watcher.drained(),

@@ -29,9 +29,9 @@
 //!   writers are seen within that time, as they would be by the `stat`'s mtime anyway.
 //! * **What stays on `stat`.** A path through a symbolic link, `.` or `..` (what it names
 //!   could change without an event on the way); a directory or file not on a local
-//!   filesystem (NFS, SMB, FUSE, overlayfs and other network or stacked filesystems change
-//!   without telling this kernel, or without telling the inode watched; trusted are
-//!   ext2/3/4, XFS, Btrfs, tmpfs and F2FS); a watch the kernel refuses
+//!   filesystem (NFS, SMB, FUSE and other network filesystems change without telling this
+//!   kernel; trusted are ext2/3/4, XFS, Btrfs, tmpfs, F2FS and overlayfs, the root of most
+//!   containers); a watch the kernel refuses
 //!   (`fs.inotify.max_user_watches`, shared by every process of the user) or past
 //!   `cache.file_watches`, which also logs one warning. Those entries keep the `stat` per
 //!   loop turn, so reaching a limit costs speed, never correctness.
@@ -82,12 +82,16 @@ fn file_events() -> WatchFlags {
 
 /// Filesystems whose every change is made by this kernel on the inode watched, so inotify
 /// sees it.
-const TRUSTED_FILESYSTEMS: [u64; 5] = [
+const TRUSTED_FILESYSTEMS: [u64; 6] = [
     0xEF53,      // ext2, ext3, ext4
     0x5846_5342, // XFS
     0x9123_683E, // Btrfs
     0x0102_1994, // tmpfs
     0xF2F5_2010, // F2FS
+    // overlayfs, a container's root: changes made through it are reported. Changing its
+    // layers behind its back is undefined for the kernel itself ("Changes to underlying
+    // filesystems", Documentation/filesystems/overlayfs.rst), and still met by RESTAT_AFTER.
+    0x794C_7630,
 ];
 
 /// An armed entry is `stat`ed again once its last `stat` is this old: changes inotify never
@@ -226,6 +230,10 @@ impl Watcher {
         self.watches.load(Ordering::Relaxed)
     }
 
+    fn count_watches(&self, tables: &Tables) {
+        self.watches.store(tables.watches.len(), Ordering::Relaxed);
+    }
+
     /// Drains made.
     pub fn drains(&self) -> u64 {
         self.drains.load(Ordering::Relaxed)
@@ -326,7 +334,7 @@ impl Watcher {
         }
         if flags.contains(ReadFlags::IGNORED) {
             tables.watches.remove(&wd);
-            self.watches.store(tables.watches.len(), Ordering::Relaxed);
+            self.count_watches(tables);
         }
         false
     }
@@ -337,7 +345,7 @@ impl Watcher {
             watched.disarm_all();
             let _ = inotify::remove_watch(&self.inotify, wd);
         }
-        self.watches.store(0, Ordering::Relaxed);
+        self.count_watches(tables);
     }
 
     /// Before the `stat` that may arm `entry` (cached for `raw_path`): puts its watches
@@ -351,38 +359,40 @@ impl Watcher {
         if entry.unwatchable.load(Ordering::Relaxed) {
             return None;
         }
-        let accepted = if entry.registered.load(Ordering::Acquire) {
-            None
-        } else {
-            let Some(names) = watchable(raw_path) else {
-                entry.unwatchable.store(true, Ordering::Relaxed);
-                return None;
-            };
-            Some(names)
-        };
-        let mut tables = self.lock();
-        if let Some(names) = accepted
-            && !entry.registered.load(Ordering::Acquire)
-        {
-            // Events already queued are about the path's past (the write that made this
-            // version, the entry it replaces): applied now, they cannot disarm this one.
-            self.drain_locked(&mut tables, now_ns());
-            match self.register(&mut tables, &names, entry) {
-                Ok(()) => entry.registered.store(true, Ordering::Release),
-                Err(refusal) => {
-                    // Watches added before the refusal stay until a sweep finds them unused.
-                    self.watches.store(tables.watches.len(), Ordering::Relaxed);
-                    if refusal == Refusal::Full && !tables.warned_full {
-                        tables.warned_full = true;
-                        tracing::warn!(
-                            limit = self.limit,
-                            "file watches exhausted (cache.file_watches or fs.inotify.max_user_watches): further hot files are checked with a stat per loop turn"
-                        );
-                    }
+        // The path checks are slow (a `statfs` per level): made before the lock, and only
+        // used if the entry still needs its watches once the lock is held.
+        let accepted = match entry.registered.load(Ordering::Acquire) {
+            true => None,
+            false => match watchable(raw_path) {
+                Some(names) => Some(names),
+                None => {
                     entry.unwatchable.store(true, Ordering::Relaxed);
                     return None;
                 }
+            },
+        };
+        let mut tables = self.lock();
+        if !entry.registered.load(Ordering::Acquire) {
+            // Disarmed since it was seen registered: its watches may be on what the path
+            // named before. No arming now; the next `stat` registers it again.
+            let names = accepted?;
+            // Events already queued are about the path's past (the write that made this
+            // version, the entry it replaces): applied now, they cannot disarm this one.
+            self.drain_locked(&mut tables, now_ns());
+            if let Err(refusal) = self.register(&mut tables, &names, entry) {
+                // Watches added before the refusal stay while the entry is cached.
+                self.count_watches(&tables);
+                if refusal == Refusal::Full && !tables.warned_full {
+                    tables.warned_full = true;
+                    tracing::warn!(
+                        limit = self.limit,
+                        "file watches exhausted (cache.file_watches or fs.inotify.max_user_watches): further hot files are checked with a stat per loop turn"
+                    );
+                }
+                entry.unwatchable.store(true, Ordering::Relaxed);
+                return None;
             }
+            entry.registered.store(true, Ordering::Release);
         }
         // Taken under the lock: an event queued since the watches were added is applied
         // after this, and voids the arming.
@@ -423,7 +433,7 @@ impl Watcher {
         let wd = self.watch(&at, file_events())?;
         depend(tables, wd, b"", entry);
         tables.since_sweep += 1;
-        self.watches.store(tables.watches.len(), Ordering::Relaxed);
+        self.count_watches(tables);
         Ok(())
     }
 
@@ -448,7 +458,7 @@ impl Watcher {
             }
             used
         });
-        self.watches.store(tables.watches.len(), Ordering::Relaxed);
+        self.count_watches(tables);
     }
 }
 
