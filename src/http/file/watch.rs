@@ -364,7 +364,7 @@ impl Watcher {
         let accepted = match entry.registered.load(Ordering::Acquire) {
             true => None,
             false => match watchable(raw_path) {
-                Some(names) => Some(names),
+                Some(plan) => Some(plan),
                 None => {
                     entry.unwatchable.store(true, Ordering::Relaxed);
                     return None;
@@ -375,11 +375,11 @@ impl Watcher {
         if !entry.registered.load(Ordering::Acquire) {
             // Disarmed since it was seen registered: its watches may be on what the path
             // named before. No arming now; the next `stat` registers it again.
-            let names = accepted?;
+            let plan = accepted?;
             // Events already queued are about the path's past (the write that made this
             // version, the entry it replaces): applied now, they cannot disarm this one.
             self.drain_locked(&mut tables, now_ns());
-            if let Err(refusal) = self.register(&mut tables, &names, entry) {
+            if let Err(refusal) = self.register(&mut tables, &plan, entry) {
                 // Watches added before the refusal stay while the entry is cached.
                 self.count_watches(&tables);
                 if refusal == Refusal::Full && !tables.warned_full {
@@ -414,23 +414,21 @@ impl Watcher {
     fn register(
         &self,
         tables: &mut Tables,
-        names: &[&std::ffi::OsStr],
+        plan: &WatchPlan<'_>,
         entry: &Arc<EntryWatch>,
     ) -> Result<(), Refusal> {
-        if tables.watches.len() + names.len() + 1 > self.limit || tables.since_sweep >= SWEEP_EVERY
-        {
+        let full = |tables: &Tables| tables.watches.len() + plan.watches() > self.limit;
+        if full(tables) || tables.since_sweep >= SWEEP_EVERY {
             self.sweep(tables);
-            if tables.watches.len() + names.len() + 1 > self.limit {
+            if full(tables) {
                 return Err(Refusal::Full);
             }
         }
-        let mut at = PathBuf::from("/");
-        for name in names {
-            let wd = self.watch(&at, directory_events())?;
+        for (directory, name) in &plan.directories {
+            let wd = self.watch(directory, directory_events())?;
             depend(tables, wd, name.as_encoded_bytes(), entry);
-            at.push(name);
         }
-        let wd = self.watch(&at, file_events())?;
+        let wd = self.watch(&plan.file, file_events())?;
         depend(tables, wd, b"", entry);
         tables.since_sweep += 1;
         self.count_watches(tables);
@@ -476,17 +474,36 @@ fn depend(tables: &mut Tables, wd: i32, name: &[u8], entry: &Arc<EntryWatch>) {
 /// The names of `raw_path` if it can be watched: spelled plainly, a regular file, and it
 /// and every directory on the way on a trusted filesystem. A `statfs` per level and an
 /// `lstat`, made before taking the watcher's lock.
-fn watchable(raw_path: &str) -> Option<Vec<&std::ffi::OsStr>> {
-    let names = plain_names(raw_path)?;
+fn watchable(raw_path: &str) -> Option<WatchPlan<'_>> {
     let mut at = PathBuf::from("/");
-    for name in &names {
+    let mut directories = Vec::new();
+    for name in plain_names(raw_path)? {
         if !trusted(&at) {
             return None;
         }
+        let directory = at.clone();
         at.push(name);
+        directories.push((directory, name));
     }
     let is_file = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_file());
-    (is_file && trusted(&at)).then_some(names)
+    (is_file && trusted(&at)).then_some(WatchPlan {
+        directories,
+        file: at,
+    })
+}
+
+/// The watches one entry needs, as [`watchable`] found its path.
+struct WatchPlan<'a> {
+    /// Each directory on the way, with the name in it the path goes through.
+    directories: Vec<(PathBuf, &'a std::ffi::OsStr)>,
+    /// The file itself.
+    file: PathBuf,
+}
+
+impl WatchPlan<'_> {
+    fn watches(&self) -> usize {
+        self.directories.len() + 1
+    }
 }
 
 fn trusted(path: &Path) -> bool {
