@@ -13,6 +13,17 @@ pub fn id_regex(prefixes: &[String], id: &str) -> String {
     format!("{}{}([/?]|$)", prefix_group(prefixes), regex_escape(id))
 }
 
+/// The URL regex of several track ids (an alternation) under these route prefixes.
+pub fn ids_regex(prefixes: &[String], ids: &[String]) -> String {
+    let ids: Vec<String> = ids.iter().map(|id| regex_escape(id)).collect();
+    format!("{}({})([/?]|$)", prefix_group(prefixes), ids.join("|"))
+}
+
+/// The URL regex of every track URL under these route prefixes.
+pub fn everything_regex(prefixes: &[String]) -> String {
+    prefix_group(prefixes)
+}
+
 /// The URL regex of the ids a Redis glob under `key_prefix` matches; `None` when the
 /// glob is not under the key prefix (it names no track).
 pub fn glob_regex(prefixes: &[String], key_prefix: &str, glob: &str) -> Option<String> {
@@ -98,5 +109,13 @@ mod tests {
             Some("^(/musicdb|/stream/musicdb)/[ab][^/?]([/?]|$)")
         );
         assert_eq!(glob_regex(&prefixes(), "track_", "other_*"), None);
+        assert_eq!(
+            ids_regex(&prefixes(), &["6b0d".into(), "6b0e".into()]),
+            "^(/musicdb|/stream/musicdb)/(6b0d|6b0e)([/?]|$)"
+        );
+        assert_eq!(
+            everything_regex(&prefixes()),
+            "^(/musicdb|/stream/musicdb)/"
+        );
     }
 }

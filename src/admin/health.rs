@@ -3,7 +3,8 @@
 //! Five checks: Redis (PING and its latency), MongoDB (ping, and the tracks collection
 //! exists), the daemon (`/readyz` at the configured listen address), the media roots
 //! (each readable) and the change-stream follower (who holds the lease in Redis, how old
-//! the last applied change is). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd
+//! the last applied change is), and with `[http_caches] ban_urls`, the follower's bans (any
+//! kept in Redis because a cache does not take them). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd
 //! still serves every track but something is off (Redis down: it serves from MongoDB; a
 //! media root unreadable while others are fine); `down` (2) when tracks cannot be served
 //! (MongoDB down or the collection missing, the daemon not answering or not ready, no
@@ -87,8 +88,8 @@ impl HealthReport {
     }
 }
 
-/// Runs every check.
-pub async fn health(backends: &Backends, listen: SocketAddr) -> HealthReport {
+/// Runs every check; `ban_urls` are the HTTP caches the follower bans in.
+pub async fn health(backends: &Backends, listen: SocketAddr, ban_urls: &[String]) -> HealthReport {
     let (redis, mongodb) = tokio::join!(check_redis(backends), check_mongodb(backends));
     let daemon = tokio::task::spawn_blocking(move || check_daemon(listen))
         .await
@@ -100,7 +101,10 @@ pub async fn health(backends: &Backends, listen: SocketAddr) -> HealthReport {
         });
     let media = check_media(backends);
     let watch = check_watch(backends).await;
-    let checks = vec![redis, mongodb, daemon, media, watch];
+    let mut checks = vec![redis, mongodb, daemon, media, watch];
+    if !ban_urls.is_empty() {
+        checks.push(check_bans(backends, ban_urls).await);
+    }
     HealthReport {
         status: checks.iter().map(|c| c.state).max().unwrap_or(Verdict::Ok),
         checks,
@@ -149,6 +153,47 @@ async fn check_watch(backends: &Backends) -> Check {
             ),
         ),
         Err(err) => check(Verdict::Degraded, format!("lease unreadable: {err}")),
+    }
+}
+
+/// The bans of the HTTP caches in front: `degraded` while bans wait in Redis for a cache
+/// that does not take them (the follower keeps them there while it retries, and a
+/// successor sends them), with how many and since when.
+async fn check_bans(backends: &Backends, ban_urls: &[String]) -> Check {
+    let prefix = backends.cache.prefix().to_string();
+    let mut waiting = Vec::new();
+    for url in ban_urls {
+        let key = crate::watch::bans::handover_key(&prefix, url.trim_end_matches('/'));
+        let count: Result<u64, _> =
+            backends
+                .cache
+                .link()
+                .run(|mut conn| async move {
+                    redis::cmd("SCARD").arg(&key).query_async(&mut conn).await
+                })
+                .await;
+        match count {
+            Ok(0) => {}
+            Ok(n) => waiting.push(format!("{url}: {n} undelivered")),
+            Err(err) => waiting.push(format!("{url}: unknown ({err})")),
+        }
+    }
+    let (state, detail) = if waiting.is_empty() {
+        (
+            Verdict::Ok,
+            format!("nothing waits for {} cache(s)", ban_urls.len()),
+        )
+    } else {
+        (
+            Verdict::Degraded,
+            format!("bans failing, kept in Redis: {}", waiting.join("; ")),
+        )
+    };
+    Check {
+        name: "bans".into(),
+        state,
+        latency_ms: None,
+        detail,
     }
 }
 

@@ -16,6 +16,7 @@ use musicd::admin::progress::Progress;
 use musicd::admin::purge::{self, PurgeOptions};
 use musicd::admin::reindex::{self, ReindexOptions};
 use musicd::admin::{self, Backends};
+use musicd::catalog::evictions;
 use musicd::cli::{ConfigArgs, Describe};
 use musicd::config::Config;
 
@@ -196,7 +197,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 purge_command(&config, &backends, pattern, id, dry_run, batch, sleep, force, json).await
             }
             Command::Health { json } => {
-                let report = admin::health::health(&backends, config.listen).await;
+                let report = admin::health::health(&backends, config.listen, &config.ban_urls).await;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
@@ -279,7 +280,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 let mut config = config.clone();
                 // Asked for explicitly: follow whatever the config says for the daemons.
                 config.mongodb.watch = musicd::config::WatchMode::On;
-                let status = std::sync::Arc::default();
+                let status = std::sync::Arc::new(musicd::watch::WatchStatus::new(&config));
                 let follower = musicd::watch::Follower::new(&config, status).await?;
                 tracing::info!(owner = follower.owner(), "musicctl watch: following (or standing by)");
                 follower.run(musicd::daemon::stop_signal()).await;
@@ -325,7 +326,11 @@ async fn purge_command(
         let removed = if dry_run {
             false
         } else {
-            backends.cache.forget(&oid).await?
+            let removed = backends.cache.forget(&oid).await?;
+            // Every musicd forgets it now rather than at the end of its in-process TTL.
+            evictions::publish(backends.cache.link(), backends.cache.prefix(), Some(&[oid]))
+                .await?;
+            removed
         };
         let regex = admin::ban::id_regex(&config.route_prefixes, &oid.to_hex());
         let (bans, bans_ok) = ban_caches(config, dry_run, Some(regex));
@@ -386,6 +391,9 @@ async fn purge_command(
     )
     .await?;
     progress.finish();
+    if !dry_run {
+        evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
+    }
     let regex = admin::ban::glob_regex(
         &config.route_prefixes,
         &config.redis.prefix,

@@ -4,6 +4,29 @@
 //! string, so operators can read it with `redis-cli GET` and purge it by pattern. An id that
 //! MongoDB does not know is stored as an empty value with a short TTL (a negative entry):
 //! a flood of bad ids then costs Redis lookups, not MongoDB queries.
+//!
+//! ## Fills cannot undo the follower
+//!
+//! A read-through write-back ("fill") states what MongoDB said *when it was asked*; by the
+//! time it reaches Redis the change-stream follower may have written something newer. Fills
+//! are therefore fenced with leases, as memcache's are in *Scaling Memcache at Facebook*
+//! (NSDI 2013, §3.2.1): after a miss and before asking MongoDB, the reader takes a lease (a
+//! random token in a companion key, [`TrackCache::begin_fill`]); every write of the
+//! follower ([`TrackCache::apply`]) deletes that companion key first; the fill is written
+//! only if its token is still there ([`TrackCache::complete_fill`], one Lua script). A change
+//! the follower applied before the lease was taken is already visible to the read that
+//! follows it (the follower only sees majority-committed changes, and lookups read the
+//! primary); a change applied after it revokes the lease. So a fill never replaces a path
+//! the follower wrote later, and never re-creates a negative entry after an insert.
+//!
+//! Why leases and not versioned writes (comparing MongoDB cluster times in a script): the
+//! version of a plain read is not exact (a `local` read reports the node's last applied
+//! time, which can be later than what it read), the entry's value would have to carry its
+//! version (operators read it with `redis-cli GET`), and the lease costs one `SET` per
+//! miss and nothing on a hit. Leases rely on Redis's own ordering, so they hold the same on
+//! a single server and on a Cluster (the companion key shares the entry's hash slot). A
+//! lookup read from a lagging secondary (`readPreference` in the URI) can still fill what
+//! that secondary had: the fence covers every change applied after the lease.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,6 +174,79 @@ impl TrackCache {
         Ok(removed > 0)
     }
 
+    /// Takes a fill lease for `id` after a miss, before MongoDB is asked. `None` when Redis
+    /// failed: the answer is then not written back.
+    pub async fn begin_fill(&self, id: &ObjectId) -> Result<Fill, CacheError> {
+        let key = self.key(id);
+        let lease = fill_key(&key);
+        let token = format!("{:016x}", rand::random::<u64>());
+        let value = token.clone();
+        self.link
+            .run(|mut conn| async move {
+                redis::cmd("SET")
+                    .arg(&lease)
+                    .arg(&value)
+                    .arg("PX")
+                    .arg(millis(FILL_LEASE))
+                    .query_async::<()>(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(Fill { key, token })
+    }
+
+    /// Writes what MongoDB said under a lease taken by [`TrackCache::begin_fill`]: `Some`
+    /// path, or `None` for "no such document" (a negative entry). Nothing is written when
+    /// the follower changed the entry since the lease was taken (false).
+    pub async fn complete_fill(&self, fill: Fill, path: Option<&str>) -> Result<bool, CacheError> {
+        let (value, ttl) = match path {
+            Some(path) => (path.as_bytes().to_vec(), self.jittered_ttl_ms()),
+            None => (Vec::new(), millis(self.negative_ttl)),
+        };
+        let lease = fill_key(&fill.key);
+        let written: u8 = self
+            .link
+            .run(|mut conn| async move {
+                FILL_SCRIPT
+                    .key(&fill.key)
+                    .key(&lease)
+                    .arg(&fill.token)
+                    .arg(value)
+                    .arg(ttl)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(written == 1)
+    }
+
+    /// Applies one of the follower's writes: revokes any fill lease on the entry, writes it,
+    /// and publishes its eviction to every musicd ([`super::evictions`]). Every write of the follower goes through here, so none can be undone by a
+    /// fill that read MongoDB before it.
+    pub async fn apply(&self, id: &ObjectId, entry: FollowerWrite<'_>) -> Result<(), CacheError> {
+        let key = self.key(id);
+        let lease = fill_key(&key);
+        let (value, ttl): (Option<Vec<u8>>, u64) = match entry {
+            FollowerWrite::Path(path) => (Some(path.as_bytes().to_vec()), self.jittered_ttl_ms()),
+            FollowerWrite::Absent => (Some(Vec::new()), millis(self.negative_ttl)),
+            FollowerWrite::Forget => (None, 0),
+        };
+        let (channel, hex) = (super::evictions::channel(&self.prefix), id.to_hex());
+        self.link
+            .run(|mut conn| async move {
+                let mut invocation = APPLY_SCRIPT.key(&key);
+                invocation.key(&lease);
+                match value {
+                    Some(value) => invocation.arg("set").arg(value).arg(ttl),
+                    None => invocation.arg("forget").arg("").arg(0),
+                };
+                invocation.arg(&channel).arg(&hex);
+                invocation.invoke_async::<()>(&mut conn).await
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Caches "this id does not exist" with the negative TTL.
     pub async fn put_absent(&self, id: &ObjectId) -> Result<(), CacheError> {
         let ttl = millis(self.negative_ttl);
@@ -176,6 +272,70 @@ impl TrackCache {
     /// TTL in milliseconds with up to `jitter` of it added at random.
     pub fn jittered_ttl_ms(&self) -> u64 {
         jittered_ms(self.ttl, self.jitter)
+    }
+}
+
+/// How long a fill lease lives: longer than any lookup takes (its MongoDB query is
+/// bounded by the configured timeout, a few seconds); a fill that comes later writes nothing.
+pub const FILL_LEASE: Duration = Duration::from_secs(30);
+
+/// A fill lease: the entry's key and the token that must still be there to write it.
+#[derive(Debug)]
+pub struct Fill {
+    key: String,
+    token: String,
+}
+
+/// What the follower writes for an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowerWrite<'a> {
+    /// The document's path.
+    Path(&'a str),
+    /// The document is gone: a negative entry.
+    Absent,
+    /// No entry: the next request reads the document through.
+    Forget,
+}
+
+/// KEYS: entry, lease. ARGV: token, value, ttl ms. Writes only under an unrevoked lease.
+static FILL_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1",
+    )
+});
+
+/// KEYS: entry, lease. ARGV: 'set' or 'forget', value, ttl ms, eviction channel, id.
+/// Revokes, writes, then tells every musicd.
+static APPLY_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"redis.call('DEL', KEYS[2])
+if ARGV[1] == 'set' then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+else
+  redis.call('UNLINK', KEYS[1])
+end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1",
+    )
+});
+
+/// The fill lease's key for an entry's key, in the entry's Cluster hash slot: when the key
+/// already names a hash tag (`{...}`), the same tag leads; otherwise the whole key becomes
+/// the tag. It never starts with the key prefix, so purges and prunes by prefix skip it.
+/// (A prefix with a `}` and no tag cannot share a slot: on a Cluster its fills then fail
+/// and are not written, the safe way round.)
+pub fn fill_key(key: &str) -> String {
+    let tagged = key
+        .find('{')
+        .and_then(|open| key[open + 1..].find('}').map(|close| close > 0))
+        .unwrap_or(false);
+    if tagged {
+        format!("fill:{key}")
+    } else {
+        format!("{{{key}}}:fill")
     }
 }
 
@@ -209,6 +369,31 @@ mod tests {
             "only {} distinct TTLs",
             distinct.len()
         );
+    }
+
+    /// The part of a key Redis Cluster hashes (its hash tag, else the whole key).
+    fn hashed(key: &str) -> &str {
+        key.find('{')
+            .and_then(|open| {
+                let rest = &key[open + 1..];
+                rest.find('}')
+                    .filter(|&close| close > 0)
+                    .map(|close| &rest[..close])
+            })
+            .unwrap_or(key)
+    }
+
+    #[test]
+    fn a_fill_lease_shares_its_entrys_hash_slot_and_escapes_the_prefix() {
+        for key in [
+            "track_6b0dc37d3ba0d873deac9381",
+            "t{x}_6b0d",
+            "{app}track_6b0d",
+        ] {
+            let lease = fill_key(key);
+            assert_eq!(hashed(&lease), hashed(key), "{key} -> {lease}");
+            assert!(!lease.starts_with(&key[..2]), "{lease} matches the prefix");
+        }
     }
 
     #[test]

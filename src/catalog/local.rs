@@ -2,20 +2,27 @@
 //!
 //! Redis answers in ~0.1 ms, but at tens of thousands of requests per second that round
 //! trip is most of a request's cost, and it spends Redis CPU nginx never pays. Entries here
-//! live for a short TTL only (1 s by default) instead of being invalidated: a
-//! `musicctl purge` or a changed document reaches every musicd within that TTL, with no
-//! pub/sub channel to lose messages on and nothing that behaves differently on a Redis
-//! Cluster. The map is sharded to keep lock contention off the hot path and bounded in
-//! entries, so a flood of distinct ids cannot grow it without limit.
+//! live for a short TTL (1 s by default; a longer one is used only while pushed evictions
+//! are heard, [`UNPUSHED_TTL`] otherwise) and are also evicted early when the follower
+//! publishes a change ([`super::evictions`]): pub/sub delivers at most once, so the TTL
+//! stays as the bound when a message is lost or the subscription is down. An answer read
+//! from Redis before an eviction arrived must not be kept after it: each shard counts its
+//! evictions, and [`LocalCache::put`] drops an answer whose shard saw one since the lookup
+//! began ([`LocalCache::epoch`]). The map is sharded to keep lock contention off the hot
+//! path and bounded in entries, so a flood of distinct ids cannot grow it without limit.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use mongodb::bson::oid::ObjectId;
 
 const SHARDS: usize = 16;
+
+/// The longest an entry lives while no eviction can reach it (the subscription is down):
+/// a change then shows within this, as it did before evictions were pushed.
+pub const UNPUSHED_TTL: Duration = Duration::from_secs(1);
 
 /// What the local cache knows about an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,13 +35,17 @@ pub enum Local {
 
 struct Entry {
     value: Local,
-    expires: Instant,
+    stored: Instant,
 }
 
 /// A bounded, sharded map with a fixed TTL.
 pub struct LocalCache {
     shards: Vec<RwLock<HashMap<ObjectId, Entry>>>,
+    /// Evictions per shard so far (see [`LocalCache::epoch`]).
+    epochs: Vec<AtomicU64>,
     ttl: Duration,
+    /// Whether pushed evictions are heard now; if not, entries live [`UNPUSHED_TTL`] at most.
+    pushed: std::sync::atomic::AtomicBool,
     max_entries: usize,
     entries: AtomicUsize,
 }
@@ -45,9 +56,25 @@ impl LocalCache {
     pub fn new(ttl: Duration, max_entries: usize) -> LocalCache {
         LocalCache {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            epochs: (0..SHARDS).map(|_| AtomicU64::new(0)).collect(),
             ttl,
+            pushed: std::sync::atomic::AtomicBool::new(false),
             max_entries,
             entries: AtomicUsize::new(0),
+        }
+    }
+
+    /// Says whether pushed evictions are heard: while they are not, no entry is used
+    /// past [`UNPUSHED_TTL`], whatever the configured TTL.
+    pub fn set_pushed(&self, pushed: bool) {
+        self.pushed.store(pushed, Ordering::Relaxed);
+    }
+
+    fn live_ttl(&self) -> Duration {
+        if self.pushed.load(Ordering::Relaxed) {
+            self.ttl
+        } else {
+            self.ttl.min(UNPUSHED_TTL)
         }
     }
 
@@ -56,10 +83,46 @@ impl LocalCache {
         !self.ttl.is_zero() && self.max_entries > 0
     }
 
-    fn shard(&self, id: &ObjectId) -> &RwLock<HashMap<ObjectId, Entry>> {
+    fn shard_index(id: &ObjectId) -> usize {
         // The last bytes of an ObjectId are a counter: well spread across shards.
-        let bytes = id.bytes();
-        &self.shards[usize::from(bytes[11]) % SHARDS]
+        usize::from(id.bytes()[11]) % SHARDS
+    }
+
+    fn shard(&self, id: &ObjectId) -> &RwLock<HashMap<ObjectId, Entry>> {
+        &self.shards[Self::shard_index(id)]
+    }
+
+    /// Taken before a lookup leaves the process; [`LocalCache::put`] keeps the answer only
+    /// if no eviction reached `id`'s shard since.
+    pub fn epoch(&self, id: &ObjectId) -> u64 {
+        self.epochs[Self::shard_index(id)].load(Ordering::Acquire)
+    }
+
+    /// Forgets these ids (a change the follower published).
+    pub fn evict(&self, ids: &[ObjectId]) {
+        for id in ids {
+            let index = Self::shard_index(id);
+            let mut shard = self.shards[index]
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            // Under the lock: a put holding it either ran before (and is removed here) or
+            // sees the new epoch.
+            self.epochs[index].fetch_add(1, Ordering::AcqRel);
+            if shard.remove(id).is_some() {
+                self.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Forgets everything (a pattern purge, a rebuild, or a subscription that was down and
+    /// may have missed evictions).
+    pub fn clear(&self) {
+        for (shard, epoch) in self.shards.iter().zip(&self.epochs) {
+            let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
+            epoch.fetch_add(1, Ordering::AcqRel);
+            self.entries.fetch_sub(shard.len(), Ordering::Relaxed);
+            shard.clear();
+        }
     }
 
     /// A live entry for `id` at time `now`, if any.
@@ -69,21 +132,29 @@ impl LocalCache {
         }
         let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
         let entry = shard.get(id)?;
-        (entry.expires > now).then(|| entry.value.clone())
+        (now.saturating_duration_since(entry.stored) < self.live_ttl()).then(|| entry.value.clone())
     }
 
-    /// Remembers `value` for `id` for the TTL.
-    pub fn put(&self, id: ObjectId, value: Local) {
+    /// Remembers `value` for `id` for the TTL, unless an eviction reached its shard since
+    /// `epoch` ([`LocalCache::epoch`], taken before the lookup).
+    pub fn put(&self, id: ObjectId, value: Local, epoch: u64) {
         if !self.enabled() {
             return;
         }
         let now = Instant::now();
-        let mut shard = self.shard(&id).write().unwrap_or_else(|p| p.into_inner());
+        let index = Self::shard_index(&id);
+        let mut shard = self.shards[index]
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if self.epochs[index].load(Ordering::Acquire) != epoch {
+            return;
+        }
         if self.entries.load(Ordering::Relaxed) >= self.max_entries {
             // Full: drop this shard's expired entries; if still full, skip caching this one
             // (it will simply be asked from Redis again).
             let before = shard.len();
-            shard.retain(|_, e| e.expires > now);
+            let ttl = self.live_ttl();
+            shard.retain(|_, e| now.saturating_duration_since(e.stored) < ttl);
             self.entries
                 .fetch_sub(before - shard.len(), Ordering::Relaxed);
             if self.entries.load(Ordering::Relaxed) >= self.max_entries && !shard.contains_key(&id)
@@ -91,13 +162,7 @@ impl LocalCache {
                 return;
             }
         }
-        let previous = shard.insert(
-            id,
-            Entry {
-                value,
-                expires: now + self.ttl,
-            },
-        );
+        let previous = shard.insert(id, Entry { value, stored: now });
         if previous.is_none() {
             self.entries.fetch_add(1, Ordering::Relaxed);
         }
@@ -119,10 +184,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn without_pushed_evictions_a_long_ttl_falls_back_to_a_second() {
+        let cache = LocalCache::new(Duration::from_secs(60), 10);
+        let id = ObjectId::new();
+        cache.put(id, Local::Absent, cache.epoch(&id));
+        let later = Instant::now() + Duration::from_secs(2);
+        assert_eq!(cache.get(&id, later), None, "unpushed: 1 s");
+        cache.set_pushed(true);
+        assert_eq!(cache.get(&id, later), Some(Local::Absent), "pushed: 60 s");
+    }
+
+    #[test]
     fn entries_expire_after_the_ttl() {
         let cache = LocalCache::new(Duration::from_millis(30), 10);
         let id = ObjectId::new();
-        cache.put(id, Local::Path("/a.mp3".into()));
+        cache.put(id, Local::Path("/a.mp3".into()), cache.epoch(&id));
         assert_eq!(
             cache.get(&id, Instant::now()),
             Some(Local::Path("/a.mp3".into()))
@@ -135,7 +211,8 @@ mod tests {
     fn the_cache_is_bounded() {
         let cache = LocalCache::new(Duration::from_secs(60), 100);
         for _ in 0..1000 {
-            cache.put(ObjectId::new(), Local::Absent);
+            let id = ObjectId::new();
+            cache.put(id, Local::Absent, cache.epoch(&id));
         }
         assert!(cache.len() <= 100, "{}", cache.len());
     }
@@ -144,7 +221,35 @@ mod tests {
     fn a_zero_ttl_disables_it() {
         let cache = LocalCache::new(Duration::ZERO, 100);
         let id = ObjectId::new();
-        cache.put(id, Local::Absent);
+        cache.put(id, Local::Absent, cache.epoch(&id));
         assert_eq!(cache.get(&id, Instant::now()), None);
+    }
+
+    #[test]
+    fn an_evicted_id_is_gone_and_an_answer_read_before_the_eviction_is_not_kept() {
+        let cache = LocalCache::new(Duration::from_secs(60), 100);
+        let (kept, evicted) = (ObjectId::new(), ObjectId::new());
+        cache.put(kept, Local::Absent, cache.epoch(&kept));
+        cache.put(evicted, Local::Absent, cache.epoch(&evicted));
+        let before = cache.epoch(&evicted);
+        cache.evict(&[evicted]);
+        assert_eq!(cache.get(&evicted, Instant::now()), None);
+        assert_eq!(cache.get(&kept, Instant::now()), Some(Local::Absent));
+        // A lookup that began before the eviction comes back with the old answer.
+        cache.put(evicted, Local::Path("/old.mp3".into()), before);
+        assert_eq!(
+            cache.get(&evicted, Instant::now()),
+            None,
+            "stale answer kept"
+        );
+        cache.put(
+            evicted,
+            Local::Path("/new.mp3".into()),
+            cache.epoch(&evicted),
+        );
+        assert!(cache.get(&evicted, Instant::now()).is_some());
+        cache.clear();
+        assert!(cache.is_empty());
+        assert_eq!(cache.get(&kept, Instant::now()), None);
     }
 }

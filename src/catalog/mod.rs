@@ -8,6 +8,7 @@
 
 pub mod backends;
 pub mod cache;
+pub mod evictions;
 pub mod local;
 pub mod mongo;
 
@@ -143,11 +144,40 @@ impl Resolver {
         Box::pin(self.resolve_remote(id, started)).await
     }
 
+    /// The in-process cache, for pushed evictions.
+    pub fn local(&self) -> &LocalCache {
+        &self.local
+    }
+
+    /// Forgets what this process knows of `ids` (a change the follower published): their
+    /// in-process entries, and any MongoDB answer still shared (see [`LINGER`]), which may
+    /// predate the change.
+    pub fn evict(&self, ids: &[ObjectId]) {
+        {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                inflight.remove(id);
+            }
+        }
+        self.local.evict(ids);
+    }
+
+    /// Forgets everything this process knows (a pattern purge, a rebuild, a new
+    /// subscription to evictions).
+    pub fn clear(&self) {
+        self.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.local.clear();
+    }
+
     async fn resolve_remote(
         &self,
         id: &ObjectId,
         started: Instant,
     ) -> Result<Resolution, ResolveError> {
+        let epoch = self.local.epoch(id);
         let (stored, outcome) = match self.cache.get(id).await {
             Ok(Cached::Path(path)) => (Some(StoredPath::Path(path)), CacheOutcome::Hit),
             Ok(Cached::Absent) => (None, CacheOutcome::Negative),
@@ -168,7 +198,7 @@ impl Resolver {
             Some(path) => Local::Path(path.as_str().into()),
             None => Local::Absent,
         };
-        self.local.put(*id, local);
+        self.local.put(*id, local, epoch);
         Ok(Resolution {
             path,
             outcome,
@@ -216,6 +246,9 @@ impl Resolver {
 }
 
 /// One MongoDB lookup with its write-back; retires its in-flight entry afterwards.
+///
+/// The write-back is a fenced fill ([`cache`]): its lease is taken before MongoDB is
+/// asked, so a change the follower writes meanwhile wins over what this lookup read.
 async fn query_task(
     id: ObjectId,
     generation: u64,
@@ -223,9 +256,19 @@ async fn query_task(
     cache: Option<TrackCache>,
     inflight: Inflight,
 ) -> LookupResult {
+    let fill = match &cache {
+        Some(cache) => match cache.begin_fill(&id).await {
+            Ok(fill) => Some(fill),
+            Err(err) => {
+                tracing::debug!(%id, error = %err, "no fill lease: the answer is not cached");
+                None
+            }
+        },
+        None => None,
+    };
     let result = store.find_path(&id).await.map_err(Arc::new);
-    if let Some(cache) = &cache {
-        write_back(cache, &id, &result).await;
+    if let (Some(cache), Some(fill)) = (&cache, fill) {
+        write_back(cache, fill, &id, &result).await;
     }
     // Errors are retired at once so that a recovered MongoDB is asked again immediately.
     let linger = if result.is_ok() {
@@ -243,15 +286,17 @@ async fn query_task(
     result
 }
 
-async fn write_back(cache: &TrackCache, id: &ObjectId, result: &LookupResult) {
+async fn write_back(cache: &TrackCache, fill: cache::Fill, id: &ObjectId, result: &LookupResult) {
     let written = match result {
-        Ok(Some(StoredPath::Path(path))) => cache.put_path(id, path).await,
-        Ok(None) => cache.put_absent(id).await,
+        Ok(Some(StoredPath::Path(path))) => cache.complete_fill(fill, Some(path)).await,
+        Ok(None) => cache.complete_fill(fill, None).await,
         // Invalid documents and errors are not cached: fixing the document or MongoDB
         // must take effect at once.
-        Ok(Some(StoredPath::Invalid(_))) | Err(_) => Ok(()),
+        Ok(Some(StoredPath::Invalid(_))) | Err(_) => Ok(true),
     };
-    if let Err(err) = written {
-        tracing::debug!(%id, error = %err, "cache write-back failed");
+    match written {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!(%id, "fill fenced: the follower wrote the entry since"),
+        Err(err) => tracing::debug!(%id, error = %err, "cache write-back failed"),
     }
 }

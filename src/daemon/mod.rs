@@ -348,6 +348,20 @@ pub async fn serve(
         }
         None => None,
     };
+    // Every musicd hears the follower's evictions, whether or not it follows itself.
+    let evictions = {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(crate::catalog::evictions::follow(
+            config.redis.target.clone(),
+            config.redis.timeout,
+            config.redis.prefix.clone(),
+            Arc::clone(&app.state.resolver),
+            Arc::clone(&app.state.evictions),
+            async move {
+                let _ = stop.wait_for(|stopping| *stopping).await;
+            },
+        ))
+    };
     // The change-stream follower (or standby) runs on this loop beside the accept loop.
     let follower = if config.mongodb.watch == crate::config::WatchMode::Off {
         None
@@ -404,6 +418,7 @@ pub async fn serve(
             Err(_) => tracing::warn!("the ops listener panicked"),
         }
     }
+    let _ = evictions.await;
     if let Some(follower) = follower {
         // It gives its lease up (one Redis round trip) so a standby takes over at once.
         let bound = config.redis.timeout * 4 + Duration::from_millis(100);

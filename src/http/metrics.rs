@@ -366,6 +366,87 @@ pub fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
         "Now minus the cluster time of the last change applied.",
         watch.lag_seconds(),
     );
+    let caches = watch.bans().caches();
+    let bans = "musicd_watch_bans_total";
+    family(
+        out,
+        bans,
+        "counter",
+        "BANs the follower sent to the HTTP caches in front, by cache and result.",
+    );
+    for cache in caches {
+        let url = cache.url();
+        let _ = writeln!(
+            out,
+            "{bans}{{cache=\"{url}\",result=\"ok\"}} {}",
+            cache.sent()
+        );
+        let _ = writeln!(
+            out,
+            "{bans}{{cache=\"{url}\",result=\"failed\"}} {}",
+            cache.failed()
+        );
+    }
+    let per_cache = [
+        (
+            "musicd_watch_bans_pending",
+            "gauge",
+            "Ids waiting to be banned, by cache.",
+        ),
+        (
+            "musicd_watch_bans_dropped_total",
+            "counter",
+            "Bans given up on (neither the cache nor Redis took them), by cache.",
+        ),
+        (
+            "musicd_watch_ban_lag_seconds",
+            "gauge",
+            "Change queued to ban answered (last ban, or the oldest waiting), by cache.",
+        ),
+    ];
+    for (name, kind, help) in per_cache {
+        family(out, name, kind, help);
+        for cache in caches {
+            let value = match name {
+                "musicd_watch_bans_pending" => cache.waiting() as f64,
+                "musicd_watch_bans_dropped_total" => cache.dropped() as f64,
+                _ => cache.lag_seconds(),
+            };
+            let _ = writeln!(out, "{name}{{cache=\"{}\"}} {value}", cache.url());
+        }
+    }
+}
+
+/// The pushed-eviction subscription's series (`crate::catalog::evictions`).
+pub fn render_evictions(out: &mut String, status: &crate::catalog::evictions::EvictionStatus) {
+    single(
+        out,
+        "musicd_evictions_subscribed",
+        "gauge",
+        "1 while this process hears the follower's evictions (else ids live their TTL).",
+        u8::from(status.subscribed()),
+    );
+    single(
+        out,
+        "musicd_evictions_total",
+        "counter",
+        "Ids evicted from the in-process cache on a published change.",
+        status.evicted(),
+    );
+    single(
+        out,
+        "musicd_evictions_clears_total",
+        "counter",
+        "Whole in-process cache clears (a pattern purge, a rebuild, a new subscription).",
+        status.clears(),
+    );
+    single(
+        out,
+        "musicd_evictions_lost_total",
+        "counter",
+        "Times the eviction subscription was lost.",
+        status.lost(),
+    );
 }
 
 /// A metric family's `# HELP` and `# TYPE` lines.

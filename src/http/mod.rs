@@ -72,6 +72,8 @@ pub struct AppState {
     pub access: Arc<access::AccessRules>,
     /// The change-stream follower's state, for `/readyz` and `/metrics`.
     pub watch: Arc<crate::watch::WatchStatus>,
+    /// The subscription to pushed evictions, for `/readyz` and `/metrics`.
+    pub evictions: Arc<crate::catalog::evictions::EvictionStatus>,
 }
 
 impl AppState {
@@ -104,7 +106,8 @@ impl AppState {
             access_log: access_log::AccessLog::open(&config.access_log)
                 .map_err(ServerError::AccessLog)?,
             access: Arc::new(access::AccessRules::from_config(config)),
-            watch: Arc::default(),
+            watch: Arc::new(crate::watch::WatchStatus::new(config)),
+            evictions: Arc::default(),
         })
     }
 }

@@ -104,6 +104,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     let mut body = readiness.to_json();
     // Shown, not judged: a standby or a stopped follower does not make serving unready.
     body["watch"] = state.watch.to_json();
+    body["evictions"] = state.evictions.to_json();
     (code, Json(body)).into_response()
 }
 
@@ -123,6 +124,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     );
     super::metrics::render_file_checks(&mut text, &state.files.cache);
     super::metrics::render_watch(&mut text, &state.watch);
+    super::metrics::render_evictions(&mut text, &state.evictions);
     (
         [(
             axum::http::header::CONTENT_TYPE,

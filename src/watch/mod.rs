@@ -29,6 +29,7 @@
 //! Every process's in-process id cache (1 s) still sits in front of Redis, so a change
 //! reaches every musicd within that second after the follower wrote it.
 
+pub mod bans;
 pub mod change;
 pub mod lease;
 
@@ -43,13 +44,18 @@ use serde_json::json;
 
 use crate::admin::reindex::{self, ReindexOptions};
 use crate::catalog::backends::Backends;
+use crate::catalog::cache::FollowerWrite;
 use crate::config::{Config, WatchMode};
+use bans::Banner;
 use change::{IndexChange, OPERATIONS};
 use lease::{Lease, Position};
 
 /// How often the resume point is saved while changes flow (and whenever the stream is
 /// idle). A successor replays at most this much.
 pub const SAVE_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a stopping follower still tries to deliver its last bans.
+const BAN_GRACE: Duration = Duration::from_millis(500);
 
 /// How long a `getMore` waits for new changes: the loop's heartbeat.
 const AWAIT: Duration = Duration::from_millis(500);
@@ -100,7 +106,6 @@ impl WatchState {
 }
 
 /// The follower's state and counters, shared with `/metrics` and `/readyz`.
-#[derive(Debug, Default)]
 pub struct WatchStatus {
     state: AtomicU8,
     events: [AtomicU64; OPERATIONS.len()],
@@ -108,9 +113,28 @@ pub struct WatchStatus {
     /// Cluster time of the last event applied, ms since the epoch (0: none yet).
     last_event_ms: AtomicI64,
     reason: std::sync::Mutex<String>,
+    /// The bans of the HTTP caches in front.
+    bans: Banner,
 }
 
 impl WatchStatus {
+    /// The status of a follower banning in `config`'s HTTP caches.
+    pub fn new(config: &Config) -> WatchStatus {
+        WatchStatus {
+            state: AtomicU8::new(WatchState::Off as u8),
+            events: Default::default(),
+            rebuilds: AtomicU64::new(0),
+            last_event_ms: AtomicI64::new(0),
+            reason: std::sync::Mutex::default(),
+            bans: Banner::new(&config.ban_urls, &config.route_prefixes),
+        }
+    }
+
+    /// The bans of the HTTP caches in front.
+    pub fn bans(&self) -> &Banner {
+        &self.bans
+    }
+
     /// The current state.
     pub fn state(&self) -> WatchState {
         WatchState::from_u8(self.state.load(Ordering::Relaxed))
@@ -148,6 +172,7 @@ impl WatchStatus {
             "events": events,
             "rebuilds": self.rebuilds.load(Ordering::Relaxed),
             "lag_seconds": self.lag_seconds(),
+            "bans": self.bans.to_json(),
         })
     }
 
@@ -198,7 +223,28 @@ impl Follower {
 
     /// Follows (or stands by) until `stop` completes, then gives the lease up so a
     /// standby takes over at once. The position was saved at most [`SAVE_EVERY`] before.
+    ///
+    /// Bans queued while following are sent by a task that outlives lost leases; on stop it
+    /// tries once more for a moment and leaves what is undelivered to the next follower.
     pub async fn run(self, stop: impl Future<Output = ()>) {
+        let (stopping, stopped) = tokio::sync::watch::channel(false);
+        let follow = async {
+            self.follow_until(stop).await;
+            let _ = stopping.send(true);
+        };
+        let mut stopped = stopped;
+        let bans = self.status.bans.run(
+            self.backends.cache.link(),
+            self.backends.cache.prefix(),
+            BAN_GRACE,
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        );
+        tokio::join!(follow, bans);
+    }
+
+    async fn follow_until(&self, stop: impl Future<Output = ()>) {
         let mut stop = std::pin::pin!(stop);
         let lease = Lease::new(
             self.backends.cache.link(),
@@ -388,8 +434,14 @@ impl Follower {
                             after_invalidate = true;
                         }
                         write => {
-                            if let Err(err) = self.apply(write).await {
+                            if let Err(err) = self.apply(&write).await {
                                 return Stopped::Failed(format!("redis: {err}"));
+                            }
+                            if let IndexChange::Path(id, _)
+                            | IndexChange::Forget(id)
+                            | IndexChange::Absent(id) = write
+                            {
+                                self.status.bans.queue(id);
                             }
                             after_invalidate = false;
                         }
@@ -407,7 +459,10 @@ impl Follower {
                 }
                 Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
             }
+            // Saved only once the bans of every change before it are safe (sent, or kept
+            // in Redis): a successor replays and bans whatever came after.
             if saved.elapsed() >= SAVE_EVERY
+                && self.status.bans.settled(self.status.bans.queued())
                 && let Some(token) = stream.resume_token()
             {
                 let position = Position {
@@ -444,12 +499,12 @@ impl Follower {
         }
     }
 
-    async fn apply(&self, change: IndexChange) -> Result<(), crate::catalog::cache::CacheError> {
+    async fn apply(&self, change: &IndexChange) -> Result<(), crate::catalog::cache::CacheError> {
         let cache = &self.backends.cache;
         match change {
-            IndexChange::Path(id, path) => cache.put_path(&id, &path).await,
-            IndexChange::Forget(id) => cache.forget(&id).await.map(|_| ()),
-            IndexChange::Absent(id) => cache.put_absent(&id).await,
+            IndexChange::Path(id, path) => cache.apply(id, FollowerWrite::Path(path)).await,
+            IndexChange::Forget(id) => cache.apply(id, FollowerWrite::Forget).await,
+            IndexChange::Absent(id) => cache.apply(id, FollowerWrite::Absent).await,
             IndexChange::Rebuild | IndexChange::Invalidated | IndexChange::Nothing => Ok(()),
         }
     }
@@ -473,6 +528,17 @@ impl Follower {
         .await
         .map_err(|e| format!("rebuild: {e}"))?;
         self.status.rebuilds.fetch_add(1, Ordering::Relaxed);
+        // Anything may have changed: every cache in front and in every musicd forgets all.
+        self.status.bans.queue_everything();
+        if let Err(err) = crate::catalog::evictions::publish(
+            self.backends.cache.link(),
+            self.backends.cache.prefix(),
+            None,
+        )
+        .await
+        {
+            tracing::warn!(error = %err, "could not publish the eviction of every id after a rebuild");
+        }
         tracing::info!(
             documents = report.documents,
             indexed = report.indexed,

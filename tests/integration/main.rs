@@ -20,6 +20,7 @@ mod package;
 mod purge;
 mod resolver_faults;
 mod supervisor;
+mod truth;
 mod varnish;
 mod watch;
 mod wire;

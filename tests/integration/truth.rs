@@ -1,0 +1,439 @@
+//! One truth across the stack: what the follower writes cannot be undone by a late fill,
+//! reaches every musicd's in-process cache by a pushed eviction, and reaches varnish by a
+//! ban; a ban a cache does not take is kept and delivered later.
+
+use std::time::{Duration, Instant};
+
+use mongodb::bson::doc;
+use mongodb::bson::oid::ObjectId;
+use musicd::catalog::backends::Backends;
+use reqwest::StatusCode;
+
+use crate::harness::varnish::Varnish;
+use crate::harness::{
+    Musicd, RedisCluster, Server, TestEnv, fetch_with, free_port, get_text, metric, shared_redis,
+    shared_replica_set,
+};
+
+/// A dead follower is replaced within 1.5 s.
+const LEASE: &str = "mongodb.watch_lease_ms=1500";
+
+async fn metrics(server: &Musicd) -> String {
+    get_text(&server.url("/metrics")).await
+}
+
+/// Waits (10 s at most) until `server` says `series` is at least `value`.
+async fn until_metric(server: &Musicd, series: &str, value: f64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&metrics(server).await, series).unwrap_or(0.0) < value {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {}",
+            server.readyz().await
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn until_following(server: &Musicd) {
+    until_metric(server, "musicd_watch_following", 1.0, "never followed").await;
+}
+
+/// Status and body of `url`.
+async fn get(url: &str) -> (StatusCode, Vec<u8>) {
+    let (status, _, body) = fetch_with(url, &[]).await;
+    (status, body.to_vec())
+}
+
+/// Polls `url` until it answers `status` (and `body`, when given); how long it took.
+async fn served(url: &str, status: StatusCode, body: Option<&[u8]>, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (got, bytes) = get(url).await;
+        if got == status && body.is_none_or(|b| b == bytes) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{url}: still {got} after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until Redis holds `expected` for `id` (`None`: no entry).
+async fn until_cached(env: &TestEnv, id: &ObjectId, expected: Option<&[u8]>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while env.cached(id).await.as_deref() != expected {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The race of a read-through write-back against the follower, provoked step by step: the
+/// lookup reads MongoDB, then the follower applies a change, then the write-back arrives.
+/// The write-back must lose, for a move and for an insert after a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_back_that_read_before_a_change_never_undoes_it() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE],
+    )
+    .await;
+    let server = env.musicd().await;
+    until_following(&server).await;
+    let lookup = Backends::new(&env.config).await.expect("clients");
+
+    // A move: the lookup read the old path; the follower writes the new one first.
+    let (id, _) = env.track("old.mp3", b"old").await;
+    let fill = lookup.cache.begin_fill(&id).await.expect("lease");
+    let read = lookup.store.find_path(&id).await.expect("read");
+    let Some(musicd::catalog::StoredPath::Path(old)) = read else {
+        panic!("{read:?}");
+    };
+    let moved = env.write_file("new.mp3", b"new");
+    env.set_path(&id, &moved).await;
+    let new = moved.display().to_string();
+    until_cached(
+        &env,
+        &id,
+        Some(new.as_bytes()),
+        "the follower wrote the move",
+    )
+    .await;
+    let written = lookup.cache.complete_fill(fill, Some(&old)).await;
+    assert!(!written.expect("fill"), "the late write-back was written");
+    assert_eq!(env.cached(&id).await.as_deref(), Some(new.as_bytes()));
+    assert_eq!(get(&server.track_url(&id)).await.1, b"new");
+
+    // An insert after a 404: the lookup read "no such document"; the follower dropped the
+    // entry for the insert first. No negative entry may come back.
+    let inserts = "musicd_watch_events_total{operation=\"insert\"}";
+    let before = metric(&metrics(&server).await, inserts).unwrap_or(0.0);
+    let id = ObjectId::new();
+    let fill = lookup.cache.begin_fill(&id).await.expect("lease");
+    assert_eq!(lookup.store.find_path(&id).await.expect("read"), None);
+    let path = env.write_file("inserted.mp3", b"inserted");
+    env.tracks
+        .insert_one(doc! { "_id": id, "path": path.display().to_string() })
+        .await
+        .expect("insert");
+    until_metric(
+        &server,
+        inserts,
+        before + 1.0,
+        "the follower saw the insert",
+    )
+    .await;
+    let written = lookup.cache.complete_fill(fill, None).await;
+    assert!(!written.expect("fill"), "a negative entry came back");
+    assert_eq!(env.cached(&id).await, None);
+    assert_eq!(get(&server.track_url(&id)).await.1, b"inserted");
+
+    // Without a change in between, the write-back is written: the fence is not a no-op.
+    let (quiet, path) = env.track("quiet.mp3", b"quiet").await;
+    until_metric(
+        &server,
+        inserts,
+        before + 2.0,
+        "the follower saw the insert",
+    )
+    .await;
+    let fill = lookup.cache.begin_fill(&quiet).await.expect("lease");
+    let path = path.display().to_string();
+    assert!(
+        lookup
+            .cache
+            .complete_fill(fill, Some(&path))
+            .await
+            .expect("fill")
+    );
+    assert_eq!(env.cached(&quiet).await.as_deref(), Some(path.as_bytes()));
+    server.shutdown().await;
+}
+
+/// Two musicd whose in-process id cache would keep an answer for a minute: a move, a
+/// delete and an insert reach both within a fraction of a second, by pushed eviction.
+async fn changes_reach_every_musicd_by_eviction(env: &TestEnv) {
+    let a = env.musicd().await;
+    let b = env.musicd().await;
+    for server in [&a, &b] {
+        until_metric(
+            server,
+            "musicd_evictions_subscribed",
+            1.0,
+            "never subscribed",
+        )
+        .await;
+    }
+    let (moved_id, _) = env.track("m.mp3", b"before").await;
+    let (deleted_id, _) = env.track("d.mp3", b"deleted").await;
+    let inserted_id = ObjectId::new();
+    for server in [&a, &b] {
+        assert_eq!(get(&server.track_url(&moved_id)).await.1, b"before");
+        assert_eq!(get(&server.track_url(&deleted_id)).await.0, StatusCode::OK);
+        assert_eq!(
+            get(&server.track_url(&inserted_id)).await.0,
+            StatusCode::NOT_FOUND
+        );
+    }
+    let moved = env.write_file("m2.mp3", b"after");
+    env.set_path(&moved_id, &moved).await;
+    env.tracks
+        .delete_one(doc! { "_id": deleted_id })
+        .await
+        .expect("delete");
+    let path = env.write_file("i.mp3", b"inserted");
+    env.tracks
+        .insert_one(doc! { "_id": inserted_id, "path": path.display().to_string() })
+        .await
+        .expect("insert");
+    let within = Duration::from_secs(5);
+    for server in [&a, &b] {
+        served(
+            &server.track_url(&moved_id),
+            StatusCode::OK,
+            Some(b"after"),
+            within,
+        )
+        .await;
+        served(
+            &server.track_url(&deleted_id),
+            StatusCode::NOT_FOUND,
+            None,
+            within,
+        )
+        .await;
+        served(
+            &server.track_url(&inserted_id),
+            StatusCode::OK,
+            Some(b"inserted"),
+            within,
+        )
+        .await;
+        let text = metrics(server).await;
+        let evictions: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("musicd_evictions"))
+            .collect();
+        assert!(
+            metric(&text, "musicd_evictions_total").unwrap_or(0.0) >= 3.0,
+            "{evictions:?}"
+        );
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+/// Minute-long in-process entries, so only an eviction can make a change show in seconds.
+const LONG_LOCAL: &str = "cache.id_ttl_ms=60000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_reach_every_musicd_by_pushed_eviction_on_a_single_redis() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE, LONG_LOCAL],
+    )
+    .await;
+    changes_reach_every_musicd_by_eviction(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_reach_every_musicd_by_pushed_eviction_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let env = TestEnv::with_cluster(
+        &cluster.urls(),
+        &shared_replica_set().uri(),
+        &[LEASE, LONG_LOCAL],
+    )
+    .await;
+    changes_reach_every_musicd_by_eviction(&env).await;
+}
+
+/// While evictions cannot arrive (Redis is down), a long in-process TTL falls back to a
+/// second; when the subscription is back, the in-process cache starts empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_evictions_in_process_answers_live_a_second_and_are_cleared_on_resubscribing() {
+    let mut redis = Server::redis();
+    let env = TestEnv::with(
+        &redis.redis_url(),
+        &shared_replica_set().uri(),
+        &[LONG_LOCAL, "mongodb.watch=off"],
+    )
+    .await;
+    let (id, _) = env.track("a.mp3", b"before").await;
+    let server = env.musicd().await;
+    until_metric(
+        &server,
+        "musicd_evictions_subscribed",
+        1.0,
+        "never subscribed",
+    )
+    .await;
+    assert_eq!(get(&server.track_url(&id)).await.1, b"before");
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&metrics(&server).await, "musicd_evictions_subscribed") != Some(0.0) {
+        assert!(
+            Instant::now() < deadline,
+            "the lost subscription went unnoticed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nobody can tell this musicd about the move: its own TTL (now 1 s) must end it.
+    let moved = env.write_file("b.mp3", b"after");
+    env.set_path(&id, &moved).await;
+    let took = served(
+        &server.track_url(&id),
+        StatusCode::OK,
+        Some(b"after"),
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(took <= Duration::from_millis(2500), "{took:?}");
+    let clears = metric(&metrics(&server).await, "musicd_evictions_clears_total").unwrap_or(0.0);
+    redis.restart();
+    until_metric(
+        &server,
+        "musicd_evictions_subscribed",
+        1.0,
+        "never resubscribed",
+    )
+    .await;
+    until_metric(
+        &server,
+        "musicd_evictions_clears_total",
+        clears + 1.0,
+        "not cleared on resubscribing",
+    )
+    .await;
+    server.shutdown().await;
+}
+
+/// varnish in front of musicd, told nothing but by the follower: a move and a delete made
+/// in MongoDB reach varnish's cache at once, not after its day-long TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_follower_bans_changed_tracks_in_varnish() {
+    let varnish_port = free_port();
+    let ban = format!("http_caches.ban_urls=[\"http://127.0.0.1:{varnish_port}\"]");
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE, &ban],
+    )
+    .await;
+    let server = env.musicd().await;
+    until_following(&server).await;
+    let varnish = Varnish::start_on(varnish_port, server.addr.port());
+    let (moved_id, _) = env.track("m.mp3", b"before").await;
+    let (deleted_id, _) = env.track("d.mp3", b"deleted").await;
+    let moved_url = varnish.url(&format!("/musicdb/{}/m.mp3", moved_id.to_hex()));
+    let deleted_url = varnish.url(&format!("/stream/musicdb/{}", deleted_id.to_hex()));
+    for url in [&moved_url, &deleted_url] {
+        get(url).await;
+        let (_, headers, _) = fetch_with(url, &[]).await;
+        assert_eq!(
+            headers.get("x-cache").map(|v| v.as_bytes()),
+            Some(&b"HIT"[..])
+        );
+    }
+    let moved = env.write_file("m2.mp3", b"after");
+    env.set_path(&moved_id, &moved).await;
+    env.tracks
+        .delete_one(doc! { "_id": deleted_id })
+        .await
+        .expect("delete");
+    let within = Duration::from_secs(5);
+    let took = served(&moved_url, StatusCode::OK, Some(b"after"), within).await;
+    served(&deleted_url, StatusCode::NOT_FOUND, None, within).await;
+    eprintln!("move -> served through varnish in {took:?}");
+    let text = metrics(&server).await;
+    let sent = format!(
+        "musicd_watch_bans_total{{cache=\"http://127.0.0.1:{varnish_port}\",result=\"ok\"}}"
+    );
+    assert!(metric(&text, &sent).unwrap_or(0.0) >= 1.0, "{text}");
+    server.shutdown().await;
+}
+
+/// A ban the cache does not take is retried, kept in Redis (where `musicctl health` sees
+/// it), and sent by the next follower once the cache is back: never lost silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_no_cache_took_is_kept_in_redis_and_sent_by_the_next_follower() {
+    let varnish_port = free_port();
+    let cache_url = format!("http://127.0.0.1:{varnish_port}");
+    let ban = format!("http_caches.ban_urls=[\"{cache_url}\"]");
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE, &ban],
+    )
+    .await;
+    let (id, _) = env.track("a.mp3", b"a").await;
+    let first = env.musicd().await;
+    until_following(&first).await;
+    let moved = env.write_file("b.mp3", b"b");
+    env.set_path(&id, &moved).await;
+    let failed = format!("musicd_watch_bans_total{{cache=\"{cache_url}\",result=\"failed\"}}");
+    until_metric(&first, &failed, 1.0, "the ban never failed").await;
+    let key = musicd::watch::bans::handover_key(&env.config.redis.prefix, &cache_url);
+    let mut conn = env
+        .redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kept: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("SMEMBERS");
+        // The id, or every track (the first follower of an index rebuilt it, and a
+        // rebuild bans everything).
+        if kept.contains(&id.to_hex()) || kept.iter().any(|k| k == "*") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not kept in Redis: {kept:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let output = env
+        .command("musicctl")
+        .arg("health")
+        .output()
+        .expect("musicctl health");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("bans")
+            && l.contains("degraded")
+            && l.contains("1 undelivered")),
+        "{text}"
+    );
+    let readyz = first.readyz().await;
+    assert!(
+        readyz["watch"]["bans"][0]["failed"].as_u64().unwrap_or(0) >= 1,
+        "{readyz}"
+    );
+    first.shutdown().await;
+
+    // The cache comes back; the next follower sends what the first one owed.
+    let _varnish = Varnish::start_on(varnish_port, free_port());
+    let second = env.musicd().await;
+    let sent = format!("musicd_watch_bans_total{{cache=\"{cache_url}\",result=\"ok\"}}");
+    until_metric(&second, &sent, 1.0, "the kept ban was never sent").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: u64 = redis::cmd("SCARD")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .expect("SCARD");
+        if left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{left} bans still kept");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    second.shutdown().await;
+}
