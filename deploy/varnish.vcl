@@ -12,7 +12,15 @@
 #   in X-Ban-Url: `musicctl purge` sends them when [http_caches] ban_urls names this
 #   varnish, so what Redis forgot, varnish forgets too;
 # * the client address reaches musicd in X-Forwarded-For (varnish appends the peer), which
-#   musicd believes from its trusted_proxies.
+#   musicd believes from its trusted_proxies;
+# * signed links ([signing]) are checked by musicd on every request, hit or miss: varnish
+#   has no HMAC, so it first asks musicd (the same URL with `X-Musicd-Authorize: 1`, a 204
+#   with no body, or musicd's own 403), and only on a 204 restarts into its cache. One
+#   track is cached once whatever signature asked for it (the hash leaves out `expires`,
+#   `kid` and `sig`), and an expired, tampered or unknown-key link, or an unsigned one
+#   when signing is required, is never answered from the cache. The cost: one small round
+#   trip to musicd per request (no lookup, no file: the signature check only). Without
+#   signing, remove the `authorize` block in vcl_recv to save it.
 vcl 4.1;
 
 backend musicd {
@@ -49,7 +57,29 @@ sub vcl_recv {
     # Tracks do not depend on cookies or credentials.
     unset req.http.Cookie;
     unset req.http.Authorization;
+    if (req.restarts == 0) {
+        # authorize: musicd says whether this link may play before any cached copy does.
+        unset req.http.X-Musicd-Authorize;
+        if (req.url ~ "^/(stream/)?musicdb/") {
+            set req.http.X-Musicd-Authorize = "1";
+            return (pass);
+        }
+    }
     return (hash);
+}
+
+sub vcl_hash {
+    # The link's signature is not part of the key: one copy per track, whatever signed it.
+    set req.http.X-Musicd-Key = regsuball(req.url, "[?&](expires|kid|sig)=[^&]*", "");
+    set req.http.X-Musicd-Key = regsub(req.http.X-Musicd-Key, "^([^?]*)&", "\1?");
+    hash_data(req.http.X-Musicd-Key);
+    unset req.http.X-Musicd-Key;
+    if (req.http.host) {
+        hash_data(req.http.host);
+    } else {
+        hash_data(server.ip);
+    }
+    return (lookup);
 }
 
 sub vcl_backend_response {
@@ -65,6 +95,14 @@ sub vcl_backend_response {
 }
 
 sub vcl_deliver {
+    if (req.http.X-Musicd-Authorize) {
+        unset req.http.X-Musicd-Authorize;
+        if (resp.status == 204) {
+            # Authorized: now the track, from the cache or fetched once.
+            return (restart);
+        }
+        # Refused (403, 400): musicd's answer goes to the client as it is.
+    }
     unset resp.http.X-Musicd-Url;
     if (obj.hits > 0) {
         set resp.http.X-Cache = "HIT";

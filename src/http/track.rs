@@ -40,6 +40,9 @@ async fn resolve_and_serve(
     if let Err(source) = state.access.signing.check(&oid, link, unix_now()) {
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
     }
+    if request.authorize_only {
+        return (CacheOutcome::None, Ok(authorized()));
+    }
     let resolution = match state.resolver.resolve(&oid).await {
         Ok(r) => r,
         Err(source) => {
@@ -60,6 +63,16 @@ async fn resolve_and_serve(
     state.metrics.file_cache(false);
     let served = Box::pin(file::serve(Arc::clone(&state.files), id, path, request)).await;
     (resolution.outcome, served)
+}
+
+/// The answer to a shared cache's authorization probe for a link that may play: no body,
+/// and never stored (the cache asks again for every request).
+fn authorized() -> Answer {
+    Answer::new(
+        axum::http::StatusCode::NO_CONTENT,
+        bytes::Bytes::from_static(b"Cache-Control: no-store\r\n"),
+        crate::http::answer::Payload::Empty,
+    )
 }
 
 /// The ObjectId in a track URL segment: exactly 24 hexadecimal digits (either case).

@@ -437,3 +437,73 @@ async fn a_ban_no_cache_took_is_kept_in_redis_and_sent_by_the_next_follower() {
     }
     second.shutdown().await;
 }
+
+/// Signed links through `deploy/varnish.vcl` with signing required: varnish asks musicd
+/// before answering from its copy, so an expired, tampered, unknown-key or unsigned link
+/// is refused even when the track is cached, and every valid signature shares one copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_links_are_checked_on_every_request_and_share_one_cached_copy() {
+    let scratch = crate::harness::tempdir();
+    let key_file = scratch.path().join("k1.key");
+    std::fs::write(&key_file, "a secret of more than sixteen bytes\n").expect("key");
+    let keys = format!(
+        "signing.keys=[{{ id = \"k1\", secret_file = \"{}\" }}]",
+        key_file.display()
+    );
+    let env = TestEnv::shared_with(&[keys.as_str(), "signing.required=true"]).await;
+    let (id, _) = env.track("s.mp3", b"signed bytes").await;
+    let server = env.musicd().await;
+    let varnish = Varnish::start_on(free_port(), server.addr.port());
+    let key =
+        musicd::signing::SigningKey::new("k1", b"a secret of more than sixteen bytes".to_vec());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let link = |expires: u64, kid: &str, sig: &str| {
+        varnish.url(&format!(
+            "/musicdb/{}/s.mp3?expires={expires}&kid={kid}&sig={sig}",
+            id.to_hex()
+        ))
+    };
+    let cache_of = |headers: &reqwest::header::HeaderMap| {
+        headers
+            .get("x-cache")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    // Many signatures for one track: one miss, then hits.
+    let signatures = 50u64;
+    let mut hits = 0;
+    for n in 0..signatures {
+        let expires = now + 600 + n;
+        let (status, headers, body) =
+            fetch_with(&link(expires, "k1", &key.sign(&id, expires)), &[]).await;
+        assert_eq!(
+            (status, body.as_ref()),
+            (StatusCode::OK, &b"signed bytes"[..])
+        );
+        hits += u64::from(cache_of(&headers) == "HIT");
+    }
+    eprintln!("{signatures} signatures for one track through varnish: {hits} hits");
+    assert_eq!(hits, signatures - 1, "one copy for every signature");
+    // The track is cached; none of these may be answered from it.
+    let expired = now - 10;
+    let refused = [
+        link(expired, "k1", &key.sign(&id, expired)),
+        link(
+            now + 600,
+            "k1",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        ),
+        link(now + 600, "k2", &key.sign(&id, now + 600)),
+        varnish.url(&format!("/musicdb/{}/s.mp3", id.to_hex())),
+    ];
+    for url in &refused {
+        let (status, headers, _) = fetch_with(url, &[]).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{url}");
+        assert_ne!(cache_of(&headers), "HIT", "{url}");
+    }
+    server.shutdown().await;
+}

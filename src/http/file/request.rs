@@ -22,6 +22,10 @@ pub struct FileRequest {
     pub if_range: Option<String>,
     /// `?download`: `Content-Disposition: attachment` instead of `inline`.
     pub download: bool,
+    /// `X-Musicd-Authorize: 1`, sent by a shared cache in front (`deploy/varnish.vcl`)
+    /// before it answers from its copy: only the access check runs, and a passing link
+    /// gets 204 with no body (no lookup, no file).
+    pub authorize_only: bool,
     /// When the request had been read in full (an instant after the read that completed
     /// it): a file-cache check begun later covers it. `None`: check now.
     pub read_at: Option<std::time::Instant>,

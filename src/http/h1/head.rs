@@ -558,6 +558,10 @@ fn file_request(method: &Method, headers: &[httparse::Header<'_>]) -> FileReques
         ..FileRequest::default()
     };
     for header in headers {
+        if header.name.len() == 18 && header.name.eq_ignore_ascii_case("x-musicd-authorize") {
+            request.authorize_only = header.value == b"1";
+            continue;
+        }
         let slot = match header.name.len() {
             5 if header.name.eq_ignore_ascii_case("range") => &mut request.range,
             8 if header.name.eq_ignore_ascii_case("if-match") => &mut request.if_match,
