@@ -9,14 +9,18 @@
 //!    [`http::router`].
 //! 3. [`catalog::Resolver`] turns the ObjectId into a path: the in-process 1 s cache,
 //!    Redis ([`catalog::cache`]), MongoDB on a miss ([`catalog::mongo`]), with the answer
-//!    written back and concurrent misses coalesced. [`redis_link`] keeps Redis optional.
+//!    written back under a lease the follower can revoke, and concurrent misses coalesced.
+//!    [`redis_link`] keeps Redis optional; [`catalog::evictions`] empties the in-process
+//!    cache of what the follower changed.
 //! 4. [`media`] confines the path to the media roots and opens the file.
 //! 5. [`http::file`] answers with the file's bytes: conditional requests, ranges, HEAD,
 //!    offload headers for nginx; hot files from its cache.
 //! 6. `http::access_log` counts the exchange in [`http::metrics`] and logs it.
 //!
 //! Beside the requests, [`watch`] keeps the Redis index current from MongoDB's change
-//! stream (one follower per index, under a lease in Redis).
+//! stream (one follower per index, under a lease in Redis), tells every musicd, and bans
+//! what changed in the HTTP caches in front ([`watch::bans`]). Signed links are checked in
+//! [`http::track`] with [`signing`], also for varnish's authorization probe.
 //!
 //! [`config`] is read once by either binary ([`cli`] holds the command-line parts they
 //! share); [`admin`] holds what `musicctl` does, and [`daemon`] runs the server

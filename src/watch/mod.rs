@@ -26,8 +26,10 @@
 //!   Redis down: the follower stops applying (the token is not advanced), loses its lease
 //!   and starts over when Redis is back, replaying from the token.
 //!
-//! Every process's in-process id cache (1 s) still sits in front of Redis, so a change
-//! reaches every musicd within that second after the follower wrote it.
+//! * **Every layer hears it.** Each write revokes any fill lease on its entry and publishes
+//!   the id to every musicd in the same script ([`crate::catalog::cache`],
+//!   [`crate::catalog::evictions`]), and the id is queued for a ban in the HTTP caches in
+//!   front ([`bans`]); the resume point is saved only once those bans are safe.
 
 pub mod bans;
 pub mod change;
