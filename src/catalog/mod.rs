@@ -150,7 +150,7 @@ impl Resolver {
     }
 
     /// Forgets what this process knows of `ids` (a change the follower published): their
-    /// in-process entries, and any MongoDB answer still shared (see [`LINGER`]), which may
+    /// in-process entries, and any MongoDB answer still shared (it lingers 100 ms), which may
     /// predate the change.
     pub fn evict(&self, ids: &[ObjectId]) {
         {
