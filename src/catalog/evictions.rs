@@ -20,8 +20,9 @@
 //! Pub/sub delivers at most once: a message sent while the subscription is down, or lost
 //! in a partition nobody noticed yet, is never delivered. So the 1 s TTL stays as the bound,
 //! the subscription is checked with a `PING` every [`PING_EVERY`] (a partition shows as a
-//! missing answer, not only as a reset), and on every (re)subscription the whole local
-//! cache is cleared: what was missed meanwhile cannot survive it.
+//! missing answer, not only as a reset). While it is down, answers live 1 s at most
+//! whatever the configured TTL; on every (re)subscription with a longer TTL the whole local
+//! cache is cleared, so what was missed meanwhile cannot survive it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -199,10 +200,14 @@ async fn subscribed(
         Ok(Err(err)) => return err.to_string(),
         Err(_) => return format!("subscribing took longer than {timeout:?}"),
     };
-    // Whatever was published while nobody listened is lost: start from nothing.
-    resolver.clear();
+    // Whatever was published while nobody listened is lost. Answers kept meanwhile lived
+    // 1 s at most; with a longer TTL they would now outlive a missed change: start from
+    // nothing. (With the default 1 s TTL nothing changes, and nothing is thrown away.)
+    if resolver.local().ttl() > super::local::UNPUSHED_TTL {
+        resolver.clear();
+        status.clears.fetch_add(1, Ordering::Relaxed);
+    }
     resolver.local().set_pushed(true);
-    status.clears.fetch_add(1, Ordering::Relaxed);
     if !status.subscribed.swap(true, Ordering::Relaxed) {
         tracing::info!(node, channel, "evictions subscribed");
     }

@@ -64,6 +64,11 @@ impl LocalCache {
         }
     }
 
+    /// The configured TTL (used while pushed evictions are heard).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// Says whether pushed evictions are heard: while they are not, no entry is used
     /// past [`UNPUSHED_TTL`], whatever the configured TTL.
     pub fn set_pushed(&self, pushed: bool) {

@@ -7,6 +7,10 @@
 //!   `X-Ban-Url` an alternation over up to [`IDS_PER_BAN`] ids
 //!   (`^(/musicdb|/stream/musicdb)/(id1|id2|…)([/?]|$)`, the regex `musicctl purge --id`
 //!   sends for one).
+//! * **Sent twice.** Every delivered ban is sent once more [`ECHO_AFTER`] later: a copy
+//!   fetched meanwhile from a musicd that had not heard of the change yet (its pushed
+//!   eviction lost; it then keeps answers 1 s at most), or a fetch under way as the ban
+//!   arrived, is not kept for the object's TTL.
 //! * **Retried.** A refused or failed ban is sent again after a backoff (100 ms doubling to
 //!   [`MAX_BACKOFF`]); the ids wait meanwhile, and more than [`MAX_PENDING`] of them become
 //!   one ban of every track URL: wider than needed, never narrower.
@@ -42,6 +46,15 @@ pub const MAX_PENDING: usize = 20_000;
 
 /// The longest pause between attempts at a failing cache.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Every delivered ban is sent once more this long after: an answer fetched from a musicd
+/// that had not heard of the change yet (its eviction subscription down: it keeps answers
+/// up to [`crate::catalog::local::UNPUSHED_TTL`]), or a fetch under way while the ban
+/// arrived, would otherwise stay cached for the object's whole TTL.
+pub const ECHO_AFTER: Duration = Duration::from_millis(1200);
+
+/// Sequence number of an echo: never holds the resume point back.
+const ECHO_SEQ: u64 = u64::MAX;
 
 /// How long one BAN may take (connect, send, answer).
 const BAN_TIMEOUT: Duration = Duration::from_secs(2);
@@ -91,6 +104,14 @@ pub struct Cache {
     last_error: Mutex<String>,
     /// Every id queued up to this sequence number is delivered or copied to Redis.
     kept_through: AtomicU64,
+    /// Bans delivered once, to be sent once more when due ([`ECHO_AFTER`]).
+    echoes: Mutex<std::collections::VecDeque<(Instant, Echo)>>,
+}
+
+/// What a delivered ban covered, for its echo.
+enum Echo {
+    Ids(Vec<ObjectId>),
+    Everything,
 }
 
 impl Cache {
@@ -105,11 +126,50 @@ impl Cache {
             lag_us: AtomicU64::new(0),
             last_error: Mutex::default(),
             kept_through: AtomicU64::new(0),
+            echoes: Mutex::default(),
         }
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn echoes(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(Instant, Echo)>> {
+        self.echoes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves the echoes that are due into the queue (as echoes: they are not echoed again).
+    fn queue_due_echoes(&self) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        {
+            let mut echoes = self.echoes();
+            while echoes.front().is_some_and(|(at, _)| *at <= now) {
+                if let Some((_, echo)) = echoes.pop_front() {
+                    due.push(echo);
+                }
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        let mut pending = self.pending();
+        for echo in due {
+            match echo {
+                Echo::Everything => {
+                    if pending.everything.is_none() {
+                        pending.ids.clear();
+                        pending.everything = Some((ECHO_SEQ, now));
+                    }
+                }
+                Echo::Ids(ids) if pending.everything.is_none() => {
+                    for id in ids {
+                        pending.ids.entry(id).or_insert((ECHO_SEQ, now));
+                    }
+                }
+                Echo::Ids(_) => {}
+            }
+        }
     }
 
     /// Its URL.
@@ -415,8 +475,18 @@ impl Banner {
                     self.unkeep(link, prefix, cache).await;
                     kept = false;
                 }
-                cache.wake.notified().await;
+                let due = cache.echoes().front().map(|(at, _)| *at);
+                match due {
+                    Some(at) => {
+                        tokio::select! {
+                            () = cache.wake.notified() => {}
+                            () = tokio::time::sleep_until(at.into()) => {}
+                        }
+                    }
+                    None => cache.wake.notified().await,
+                }
             }
+            cache.queue_due_echoes();
             let started = Instant::now();
             backoff = if self.send_batch(cache).await {
                 Duration::ZERO
@@ -466,6 +536,22 @@ impl Banner {
         match ban(&cache.url, &regex).await {
             Ok(status) if (200..300).contains(&status) => {
                 cache.sent.fetch_add(1, Ordering::Relaxed);
+                let echo = match everything {
+                    Some((seq, _)) => (seq != ECHO_SEQ).then_some(Echo::Everything),
+                    None => {
+                        let ids: Vec<ObjectId> = batch
+                            .iter()
+                            .filter(|(_, (seq, _))| *seq != ECHO_SEQ)
+                            .map(|(id, _)| *id)
+                            .collect();
+                        (!ids.is_empty()).then_some(Echo::Ids(ids))
+                    }
+                };
+                if let Some(echo) = echo {
+                    cache
+                        .echoes()
+                        .push_back((Instant::now() + ECHO_AFTER, echo));
+                }
                 if let Some(oldest) = oldest {
                     let lag = u64::try_from(oldest.elapsed().as_micros()).unwrap_or(u64::MAX);
                     cache.lag_us.store(lag, Ordering::Relaxed);

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use mongodb::bson::{Document, doc};
 use mongodb::change_stream::ChangeStream;
 use mongodb::change_stream::event::ChangeStreamEvent;
+use mongodb::change_stream::event::ResumeToken;
 use serde_json::json;
 
 use crate::admin::reindex::{self, ReindexOptions};
@@ -364,7 +365,7 @@ impl Follower {
             Err(err) => return Stopped::Failed(format!("redis: {err}")),
         };
         let mut last_event_ms = position.as_ref().and_then(|p| p.last_event_ms);
-        let (mut stream, lost) = match self.open(position.as_ref()).await {
+        let (stream, lost) = match self.open(position.as_ref()).await {
             Ok(stream) => (stream, false),
             Err(err) if history_lost(&err) => match self.open(None).await {
                 Ok(stream) => (stream, true),
@@ -397,75 +398,87 @@ impl Follower {
         }
         let mut saved = Instant::now();
         let mut after_invalidate = false;
+        let mut reader = Reader::spawn(stream);
+        let mut token = None;
         loop {
-            match stream.next_if_any().await {
-                Ok(Some(event)) => {
-                    let index = usize::from(change::operation_index(&event.operation_type));
-                    self.status.events[index].fetch_add(1, Ordering::Relaxed);
-                    if let Some(time) = event.cluster_time {
-                        let ms = i64::from(time.time) * 1000;
-                        last_event_ms = Some(ms);
-                        self.status.last_event_ms.store(ms, Ordering::Relaxed);
+            // What the stream delivered since the last turn, waiting for it if need be: a
+            // burst of changes is written as one batch.
+            let (batch, latest, failed) = reader.batch().await;
+            if latest.is_some() {
+                token = latest;
+            }
+            let mut writes = Vec::new();
+            for event in batch {
+                let index = usize::from(change::operation_index(&event.operation_type));
+                self.status.events[index].fetch_add(1, Ordering::Relaxed);
+                if let Some(time) = event.cluster_time {
+                    let ms = i64::from(time.time) * 1000;
+                    last_event_ms = Some(ms);
+                    self.status.last_event_ms.store(ms, Ordering::Relaxed);
+                }
+                match change::index_change(&event, self.backends.store.path_field()) {
+                    IndexChange::Nothing => {}
+                    IndexChange::Rebuild => {
+                        if let Err(why) = self.apply_all(std::mem::take(&mut writes)).await {
+                            return Stopped::Failed(why);
+                        }
+                        if let Err(why) =
+                            self.rebuild("the collection was dropped or renamed").await
+                        {
+                            return Stopped::Failed(why);
+                        }
                     }
-                    match change::index_change(&event, self.backends.store.path_field()) {
-                        IndexChange::Nothing => {}
-                        IndexChange::Rebuild => {
-                            if let Err(why) =
-                                self.rebuild("the collection was dropped or renamed").await
-                            {
-                                return Stopped::Failed(why);
-                            }
+                    IndexChange::Invalidated => {
+                        if let Err(why) = self.apply_all(std::mem::take(&mut writes)).await {
+                            return Stopped::Failed(why);
                         }
-                        IndexChange::Invalidated => {
-                            // The stream is over; the next one starts right after this
-                            // event, and the rebuild covers whatever the collection is now.
-                            let position = Position {
-                                token: event.id.clone(),
-                                after_invalidate: true,
-                                owner: self.owner.clone(),
-                                saved_ms: now_ms(),
-                                last_event_ms,
-                            };
-                            match self.open(Some(&position)).await {
-                                Ok(next) => stream = next,
-                                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
-                            }
-                            if let Err(why) = self.rebuild("the stream was invalidated").await {
-                                return Stopped::Failed(why);
-                            }
-                            after_invalidate = true;
+                        // The stream is over; the next one starts right after this
+                        // event, and the rebuild covers whatever the collection is now.
+                        let position = Position {
+                            token: event.id.clone(),
+                            after_invalidate: true,
+                            owner: self.owner.clone(),
+                            saved_ms: now_ms(),
+                            last_event_ms,
+                        };
+                        match self.open(Some(&position)).await {
+                            Ok(next) => reader = Reader::spawn(next),
+                            Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
                         }
-                        write => {
-                            if let Err(err) = self.apply(&write).await {
-                                return Stopped::Failed(format!("redis: {err}"));
-                            }
-                            if let IndexChange::Path(id, _)
-                            | IndexChange::Forget(id)
-                            | IndexChange::Absent(id) = write
-                            {
-                                self.status.bans.queue(id);
-                            }
-                            after_invalidate = false;
+                        token = Some(event.id.clone());
+                        if let Err(why) = self.rebuild("the stream was invalidated").await {
+                            return Stopped::Failed(why);
                         }
+                        after_invalidate = true;
+                    }
+                    write => {
+                        writes.push(write);
+                        after_invalidate = false;
                     }
                 }
-                Ok(None) => {}
-                Err(err) if history_lost(&err) => {
+            }
+            if let Err(why) = self.apply_all(writes).await {
+                return Stopped::Failed(why);
+            }
+            match failed {
+                None => {}
+                Some(err) if history_lost(&err) => {
                     match self.open(None).await {
-                        Ok(next) => stream = next,
+                        Ok(next) => reader = Reader::spawn(next),
                         Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
                     }
+                    token = None;
                     if let Err(why) = self.rebuild("the resume point fell off the oplog").await {
                         return Stopped::Failed(why);
                     }
                 }
-                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+                Some(err) => return Stopped::Failed(format!("mongodb: {err}")),
             }
             // Saved only once the bans of every change before it are safe (sent, or kept
             // in Redis): a successor replays and bans whatever came after.
             if saved.elapsed() >= SAVE_EVERY
                 && self.status.bans.settled(self.status.bans.queued())
-                && let Some(token) = stream.resume_token()
+                && let Some(token) = token.clone()
             {
                 let position = Position {
                     token,
@@ -499,6 +512,28 @@ impl Follower {
             Some(p) => watch.resume_after(p.token.clone()).await,
             None => watch.await,
         }
+    }
+
+    /// Writes `writes` in stream order, all sent before the first answer is awaited (the
+    /// connection keeps the order in which they were sent, so each key still sees its
+    /// changes in order), then queues their bans. Any failure fails the whole batch: the
+    /// position is not saved past it, and a successor replays it.
+    async fn apply_all(&self, writes: Vec<IndexChange>) -> Result<(), String> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let results = futures_util::future::join_all(writes.iter().map(|w| self.apply(w))).await;
+        if let Some(Err(err)) = results.into_iter().find(Result::is_err) {
+            return Err(format!("redis: {err}"));
+        }
+        for write in writes {
+            if let IndexChange::Path(id, _) | IndexChange::Forget(id) | IndexChange::Absent(id) =
+                write
+            {
+                self.status.bans.queue(id);
+            }
+        }
+        Ok(())
     }
 
     async fn apply(&self, change: &IndexChange) -> Result<(), crate::catalog::cache::CacheError> {
@@ -563,6 +598,92 @@ impl Follower {
             .await
             .map_err(|e| format!("mongodb: {e}"))?;
         Ok(hello.get_str("setName").is_ok())
+    }
+}
+
+/// Events in one batch at most.
+const MAX_BATCH: usize = 256;
+
+type Event = ChangeStreamEvent<Document>;
+
+/// What the reading task passes on: an event with the resume point after it, a resume
+/// point alone (an empty batch: the stream moved on without a change for us), or the
+/// error that ended the stream.
+enum Read {
+    Event(Box<Event>, Option<ResumeToken>),
+    Idle(Option<ResumeToken>),
+    Failed(mongodb::error::Error),
+}
+
+/// The change stream read by a task of its own. The follower then takes everything that
+/// arrived as one batch without ever cancelling a read (`next_if_any` is not cancel-safe:
+/// a `getMore` dropped half-way breaks the cursor). Dropping the reader stops the task.
+struct Reader {
+    rx: tokio::sync::mpsc::Receiver<Read>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Reader {
+    fn spawn(mut stream: ChangeStream<Event>) -> Reader {
+        let (tx, rx) = tokio::sync::mpsc::channel(MAX_BATCH * 4);
+        let task = tokio::spawn(async move {
+            loop {
+                let read = match stream.next_if_any().await {
+                    Ok(Some(event)) => Read::Event(Box::new(event), stream.resume_token()),
+                    Ok(None) => Read::Idle(stream.resume_token()),
+                    Err(err) => {
+                        let _ = tx.send(Read::Failed(err)).await;
+                        return;
+                    }
+                };
+                if tx.send(read).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Reader { rx, task }
+    }
+
+    /// Events that arrived (waiting for the first), the resume point after the last of
+    /// them, and the error that ended the stream, if it did.
+    async fn batch(
+        &mut self,
+    ) -> (
+        Vec<Event>,
+        Option<ResumeToken>,
+        Option<mongodb::error::Error>,
+    ) {
+        let mut events = Vec::new();
+        let mut token = None;
+        let mut next = self.rx.recv().await;
+        loop {
+            match next {
+                Some(Read::Event(event, after)) => {
+                    events.push(*event);
+                    token = after.or(token);
+                }
+                Some(Read::Idle(after)) => token = after.or(token),
+                Some(Read::Failed(err)) => return (events, token, Some(err)),
+                None => {
+                    let gone = mongodb::error::Error::custom("the change-stream reader stopped");
+                    return (events, token, Some(gone));
+                }
+            }
+            if events.len() >= MAX_BATCH {
+                break;
+            }
+            match self.rx.try_recv() {
+                Ok(read) => next = Some(read),
+                Err(_) => break,
+            }
+        }
+        (events, token, None)
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -13,6 +13,7 @@ mod conformance;
 mod deploy;
 mod faults;
 mod health_reindex;
+mod history;
 mod http_contract;
 mod limits;
 mod nginx;

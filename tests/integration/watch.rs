@@ -111,7 +111,7 @@ enum Change {
 }
 
 /// 1,000 changes (path moves, deletes, inserts of ids a player asked for too early) while
-/// two musicd serve: each is served right, by both, within a second of the change.
+/// two musicd serve: each is served right, by both, well within a second of the change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
     let env = Arc::new(env_on(&shared_replica_set().uri()).await);
@@ -224,15 +224,13 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
         indexed.len()
     );
     assert_eq!(latencies.len(), 1000);
-    // The follower writes Redis within a second. It applies one change per Redis round
-    // trip: now that pushed evictions serve each change at once, the 25 workers make
-    // changes about three times as fast as when every change waited out the in-process
-    // second (p50 ~8 ms then, ~280 ms now on two cores, all of it queueing).
-    assert!(i99 <= Duration::from_millis(1000), "indexing p99 {i99:?}");
+    // The follower writes Redis within a fraction of a second (p50 ~25 ms here, writes
+    // batched as they arrive; the tail is the rest of the suite sharing two cores)...
+    assert!(i99 <= Duration::from_millis(500), "indexing p99 {i99:?}");
     // ...and every musicd serves it as soon as Redis has it: pushed evictions, not the
-    // in-process TTL (which would make the p50 a full second).
+    // in-process TTL, which would make the p50 a full second.
+    assert!(p50 <= Duration::from_millis(500), "p50 {p50:?}");
     assert!(p99 <= Duration::from_millis(1250), "p99 {p99:?}");
-    assert!(p50 <= Duration::from_millis(900), "p50 {p50:?}");
     let events = metrics_of(&a_base).await + &metrics_of(&b_base).await;
     let counted = |op: &str| -> f64 {
         events

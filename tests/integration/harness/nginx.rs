@@ -20,13 +20,24 @@ impl Nginx {
     /// Runs `deploy/nginx.conf` with the upstream pointed at `musicd` and the first media
     /// root at `media_root`, inside a minimal main config.
     pub fn start_deploy_config(musicd: &str, media_root: &Path) -> Nginx {
+        Nginx::start_deploy_config_over(&[musicd], media_root)
+    }
+
+    /// The same, balancing over several musicd (the upstream's `server` lines).
+    pub fn start_deploy_config_over(upstreams: &[&str], media_root: &Path) -> Nginx {
+        let servers = upstreams
+            .iter()
+            .map(|u| format!("server {u};"))
+            .collect::<Vec<_>>()
+            .join("\n    ");
+        let musicd = upstreams.first().copied().unwrap_or_default();
         let site = std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/nginx.conf"),
         )
         .expect("deploy/nginx.conf");
         let port = free_port();
         let site = site
-            .replace("server 127.0.0.1:23001;", &format!("server {musicd};"))
+            .replace("server 127.0.0.1:23001;", &servers)
             .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
             .replace(
                 "alias /srv/music/;",
