@@ -441,6 +441,14 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     let base = daemon.base_url();
     signal(hung, libc::SIGSTOP);
     let stopped = Instant::now();
+    // A thread may still finish an accept before the stop reaches it, and a connection
+    // the hung worker has accepted dies with it (reset when the watchdog kills it): that
+    // is what a hang costs the requests it already held. Only once every thread is
+    // stopped does a new connection wait in the kernel's queue for the replacement.
+    while !every_thread_stopped(hung) {
+        assert!(stopped.elapsed() < Duration::from_secs(5), "SIGSTOP not taken");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     // Connects at once (the kernel queues it) and is answered by the replacement.
     let response = reqwest::Client::new()
         .get(format!("{base}/healthz"))
@@ -468,6 +476,26 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     );
     assert!(!alive(hung), "the hung worker is gone");
     assert!(daemon.ctl("stop").status.success());
+}
+
+/// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
+fn every_thread_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("T") {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// `[daemon] max_rss_mb`: a worker whose memory stays above the limit is replaced
