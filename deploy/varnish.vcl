@@ -20,7 +20,7 @@
 #   `kid` and `sig`), and an expired, tampered or unknown-key link, or an unsigned one
 #   when signing is required, is never answered from the cache. The cost: one small round
 #   trip to musicd per request (no lookup, no file: the signature check only). Without
-#   signing, remove the `authorize` block in vcl_recv to save it.
+#   signing, remove the lines from `authorize: begin` to `authorize: end` to save it.
 vcl 4.1;
 
 backend musicd {
@@ -57,14 +57,15 @@ sub vcl_recv {
     # Tracks do not depend on cookies or credentials.
     unset req.http.Cookie;
     unset req.http.Authorization;
+    # authorize: begin. musicd says whether this link may play before any cached copy does.
     if (req.restarts == 0) {
-        # authorize: musicd says whether this link may play before any cached copy does.
         unset req.http.X-Musicd-Authorize;
         if (req.url ~ "^/(stream/)?musicdb/") {
             set req.http.X-Musicd-Authorize = "1";
             return (pass);
         }
     }
+    # authorize: end
     return (hash);
 }
 
