@@ -446,7 +446,10 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     // is what a hang costs the requests it already held. Only once every thread is
     // stopped does a new connection wait in the kernel's queue for the replacement.
     while !every_thread_stopped(hung) {
-        assert!(stopped.elapsed() < Duration::from_secs(5), "SIGSTOP not taken");
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "SIGSTOP not taken"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // Connects at once (the kernel queues it) and is answered by the replacement.
