@@ -22,6 +22,9 @@
 //! what changed in the HTTP caches in front ([`watch::bans`]). Signed links are checked in
 //! [`http::track`] with [`signing`], also for varnish's authorization probe.
 //!
+//! [`blocking_http`] is the one small client for asking an HTTP server without a runtime
+//! (`musicd status`, `musicctl health`, bans and `compare`).
+//!
 //! [`config`] is read once by either binary ([`cli`] holds the command-line parts they
 //! share); [`admin`] holds what `musicctl` does, and [`daemon`] runs the server
 //! (foreground, per-core event loops, or supervised).
@@ -29,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod blocking_http;
 pub mod catalog;
 pub mod cli;
 pub mod config;

@@ -79,7 +79,9 @@ fn regex_escape(text: &str) -> String {
 /// Sends `BAN` with `X-Ban-Url: regex` to a cache at `base` (`http://host:port`); the
 /// status it answered.
 pub fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
-    super::http_client::request(base, "BAN", "/", &[("X-Ban-Url", regex)]).map(|a| a.status)
+    crate::blocking_http::request(base, "BAN", "/", &[("X-Ban-Url", regex)])
+        .map(|a| a.status)
+        .map_err(AdminError::from)
 }
 
 #[cfg(test)]

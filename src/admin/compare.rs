@@ -74,9 +74,9 @@ pub fn compare(musicd: &str, other: &str, id: &str, path: &str) -> Comparison {
     }
 }
 
-/// GET `base` + `path` ([`super::http_client`]).
+/// GET `base` + `path` ([`crate::blocking_http`]).
 pub fn fetch(base: &str, path: &str) -> Fetched {
-    match super::http_client::request(base, "GET", path, &[]) {
+    match crate::blocking_http::request(base, "GET", path, &[]) {
         Ok(answer) => Fetched {
             status: answer.status,
             length: answer.body.len() as u64,

@@ -1,7 +1,7 @@
 //! `musicctl health`: is everything musicd needs there? A probe for Nagios/Kubernetes.
 //!
 //! Five checks: Redis (PING and its latency), MongoDB (ping, and the tracks collection
-//! exists), the daemon (`/readyz` at the configured listen address), the media roots
+//! exists), the daemon (`/readyz` at `ops_listen` when set, else at `listen`), the media roots
 //! (each readable) and the change-stream follower (who holds the lease in Redis, how old
 //! the last applied change is), and with `[http_caches] ban_urls`, the follower's bans (any
 //! kept in Redis because a cache does not take them). The verdict: `healthy` (0) when all pass; `degraded` (1) when musicd

@@ -5,7 +5,6 @@
 pub mod ban;
 pub mod compare;
 pub mod health;
-pub mod http_client;
 pub mod import;
 pub mod list;
 pub mod progress;
@@ -35,6 +34,9 @@ pub enum AdminError {
     /// The arguments do not make sense.
     #[error("{0}")]
     Usage(String),
+    /// An HTTP server (a cache to ban in, a service to compare) gave no answer.
+    #[error(transparent)]
+    Http(#[from] crate::blocking_http::RequestError),
     /// The file system failed.
     #[error("{path}: {source}")]
     Io {

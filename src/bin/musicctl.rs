@@ -197,7 +197,12 @@ fn run() -> anyhow::Result<ExitCode> {
                 purge_command(&config, &backends, pattern, id, dry_run, batch, sleep, force, json).await
             }
             Command::Health { json } => {
-                let report = admin::health::health(&backends, config.listen, &config.ban_urls).await;
+                let report = admin::health::health(
+                    &backends,
+                    musicd::daemon::control::readyz_address(&config, None),
+                    &config.ban_urls,
+                )
+                .await;
                 if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {

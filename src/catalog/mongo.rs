@@ -2,8 +2,9 @@
 //!
 //! Only the configured path field is ever read (a projection), so large documents with tags
 //! and artwork cost nothing. The client is created without connecting: musicd starts and
-//! serves cached ids while MongoDB is still down, and each query is bounded by the
-//! configured timeout (server selection), after which the caller answers 503.
+//! serves cached ids while MongoDB is still down, and each lookup is bounded by the
+//! configured timeout as a whole (selection, connecting, and the query on a connection
+//! already open, which nothing else bounds), after which the caller answers 503.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,11 @@ pub enum StoreError {
     /// The task running the query died.
     #[error("lookup task failed: {0}")]
     Task(String),
+    /// No answer within the configured timeout (a hung server, or packets lost on a
+    /// connection already open: the driver's own timeouts bound selecting a server and
+    /// connecting, not a query on a pooled connection).
+    #[error("mongodb did not answer within {0:?}")]
+    Timeout(Duration),
 }
 
 /// What a document says about its file.
@@ -44,6 +50,9 @@ pub struct TrackStore {
     database: Database,
     collection: Collection<Document>,
     path_field: String,
+    timeout: Duration,
+    /// Whether the last lookup timed out, to log the transitions once each.
+    timing_out: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TrackStore {
@@ -63,6 +72,8 @@ impl TrackStore {
             database,
             collection,
             path_field: config.path_field.clone(),
+            timeout: config.timeout,
+            timing_out: std::sync::Arc::default(),
         })
     }
 
@@ -81,20 +92,45 @@ impl TrackStore {
         &self.client
     }
 
-    /// Looks a track up by id; `None` when no document has this id.
+    /// Looks a track up by id; `None` when no document has this id. Bounded by the
+    /// configured timeout whatever the state of the connection.
     pub async fn find_path(&self, id: &ObjectId) -> Result<Option<StoredPath>, StoreError> {
-        let found = self
+        let query = self
             .collection
             .find_one(doc! { "_id": id })
-            .projection(doc! { &self.path_field: 1 })
-            .await?;
+            .projection(doc! { &self.path_field: 1 });
+        let found = match tokio::time::timeout(self.timeout, query).await {
+            Ok(found) => {
+                if self
+                    .timing_out
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::info!("mongodb answers lookups again");
+                }
+                found?
+            }
+            Err(_) => {
+                if !self
+                    .timing_out
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        timeout = ?self.timeout,
+                        "mongodb lookups time out: ids not in Redis get 503 + Retry-After"
+                    );
+                }
+                return Err(StoreError::Timeout(self.timeout));
+            }
+        };
         Ok(found.map(|document| stored_path(&document, &self.path_field)))
     }
 
-    /// Round-trip time of a `ping` to the database.
+    /// Round-trip time of a `ping` to the database, bounded by the configured timeout.
     pub async fn ping(&self) -> Result<Duration, StoreError> {
         let started = Instant::now();
-        self.database.run_command(doc! { "ping": 1 }).await?;
+        tokio::time::timeout(self.timeout, self.database.run_command(doc! { "ping": 1 }))
+            .await
+            .map_err(|_| StoreError::Timeout(self.timeout))??;
         Ok(started.elapsed())
     }
 }

@@ -3,8 +3,8 @@
 //! These commands find the supervisor through its locked pid file and read its state file;
 //! they talk to it with signals only (TERM to stop, HUP to replace the worker).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -381,47 +381,29 @@ pub fn status(config: &Config) -> Status {
         _ => None,
     };
     let state = read_state(&config.daemon.state_dir);
-    let listen = state
-        .as_ref()
-        .and_then(|s| s.listen.parse().ok())
-        .unwrap_or(config.listen);
+    let listening = state.as_ref().and_then(|s| s.listen.parse().ok());
     Status {
         running,
         state,
-        readyz: probe_readyz(listen),
+        readyz: probe_readyz(readyz_address(config, listening)),
     }
 }
 
-/// A minimal blocking `GET /readyz` (no runtime needed).
-pub fn probe_readyz(listen: SocketAddr) -> Result<(u16, String), String> {
-    let mut addr = listen;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(if addr.is_ipv4() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        });
+/// `GET /readyz` from `addr` (no runtime needed): its status and body.
+pub fn probe_readyz(addr: SocketAddr) -> Result<(u16, String), String> {
+    let answer = crate::blocking_http::get_from(addr, "/readyz", Duration::from_secs(3))
+        .map_err(|e| e.to_string())?;
+    Ok((
+        answer.status,
+        String::from_utf8_lossy(&answer.body).trim().to_string(),
+    ))
+}
+
+/// Where `/readyz` answers: the ops address when one is configured (the public one then
+/// answers 404 there, by design), else the address the server listens on.
+pub fn readyz_address(config: &Config, listening: Option<SocketAddr>) -> SocketAddr {
+    match config.ops_listen {
+        Some(ops) if ops.port() != 0 => ops,
+        _ => listening.unwrap_or(config.listen),
     }
-    let timeout = Duration::from_secs(3);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
-    stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .take(64 * 1024)
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| "malformed response".to_string())?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.trim().to_string())
-        .unwrap_or_default();
-    Ok((code, body))
 }

@@ -458,3 +458,56 @@ async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
     })
     .await;
 }
+
+/// RFC 9112 §3: a request line that is not `method SP request-target SP HTTP-version`
+/// is a malformed message: 400, not 505 (RFC 9110 §15.6.6 keeps 505 for a major version the
+/// server does not support). RFC 9110 §2.5: a later 1.x minor version is answered as the
+/// highest 1.x musicd speaks. RFC 9112 §3.2: no request target carries a fragment, and an
+/// IP literal in an absolute-form authority must be a valid address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc9112_3_request_lines_malformed_400_later_minor_served_fragments_refused() {
+    let (_env, server, id, bytes) = server_with_track(&[]).await;
+    let addr = server.addr;
+    blocking(move || {
+        let path = format!("/musicdb/{id}/a.mp3");
+        let status_of = |head: String| {
+            let answers = exchange(addr, head.as_bytes());
+            assert_eq!(answers.len(), 1, "{head:?}");
+            answers[0].status
+        };
+        for line in [
+            format!("G ET {path} HTTP/1.0"),
+            format!("GET {path}  HTTP/1.1"),
+            format!("GET {path} HTTP/10.0"),
+            format!("GET {path} HTTP/1.32"),
+            format!("GET {path} HTTP/\r\r1.1"),
+        ] {
+            assert_eq!(
+                status_of(format!("{line}\r\nHost: a\r\n\r\n")),
+                400,
+                "{line:?}"
+            );
+        }
+        assert_eq!(
+            status_of(format!("GET {path} HTTP/2.0\r\nHost: a\r\n\r\n")),
+            505
+        );
+        for target in [
+            format!("{path}#t=10"),
+            format!("http://[4712::abcd::]{path}"),
+        ] {
+            assert_eq!(
+                status_of(format!("GET {target} HTTP/1.1\r\nHost: a\r\n\r\n")),
+                400,
+                "{target}"
+            );
+        }
+        let answers = exchange(
+            addr,
+            format!("GET {path} HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(answers[0].status, 200);
+        assert_eq!(answers[0].body, bytes);
+    })
+    .await;
+}

@@ -164,3 +164,63 @@ async fn concurrent_misses_for_one_id_cost_one_mongodb_query() {
         .await
         .expect("profiler off");
 }
+
+/// A MongoDB that accepts and never answers (SIGSTOP): the query on a connection already
+/// open is bounded by `mongodb.timeout_ms` too. Ids not in Redis get 503 + `Retry-After`
+/// within it, cached ids keep playing, `/readyz` says MongoDB is the one that hangs, and
+/// everything recovers on SIGCONT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_mongodb_costs_uncached_ids_a_503_within_the_timeout() {
+    use crate::harness::supervised::{every_thread_stopped, signal};
+    let mongo = Server::mongo();
+    let env = TestEnv::with(&shared_redis().redis_url(), &mongo.mongo_uri(), &[]).await;
+    let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
+    let (uncached, _) = env.track("uncached.mp3", b"uncached bytes").await;
+    let server = env.musicd().await;
+    // Asked once: in Redis, and a pooled connection to MongoDB is open.
+    assert_eq!(fetch(&server.track_url(&cached)).await.0, StatusCode::OK);
+    let pid = mongo.pid().expect("mongod runs");
+    signal(pid, libc::SIGSTOP);
+    let stopped = std::time::Instant::now();
+    while !every_thread_stopped(pid) {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "SIGSTOP not taken"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let asked = std::time::Instant::now();
+    let (status, headers, _) = fetch(&server.track_url(&uncached)).await;
+    let waited = asked.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(headers.get("retry-after").is_some());
+    // timeout_ms = 1000 in the test config; the rest is slack for a loaded machine.
+    assert!(waited <= Duration::from_millis(2500), "waited {waited:?}");
+    for _ in 0..5 {
+        let (status, _, body) = fetch(&server.track_url(&cached)).await;
+        assert_eq!(
+            (status, body.as_ref()),
+            (StatusCode::OK, b"cached bytes".as_slice())
+        );
+    }
+    let asked = std::time::Instant::now();
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["mongodb"]["ok"], false, "{body}");
+    assert_eq!(body["redis"]["ok"], true, "{body}");
+    assert!(asked.elapsed() <= Duration::from_millis(2500));
+    signal(pid, libc::SIGCONT);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _, body) = fetch(&server.track_url(&uncached)).await;
+        if status == StatusCode::OK {
+            assert_eq!(body.as_ref(), b"uncached bytes");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never recovered: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::harness::load::hammer;
-use crate::harness::supervised::{Supervised, alive, signal};
+use crate::harness::supervised::{Supervised, alive, every_thread_stopped, signal};
 use crate::harness::{TestEnv, client, free_port, http_get, pattern};
 use reqwest::StatusCode;
 
@@ -386,12 +386,86 @@ async fn the_ops_address_is_handed_to_every_worker() {
             StatusCode::NOT_FOUND,
             "{round}: tracks are not served on the ops address"
         );
+        // The probes ask the ops address: a healthy daemon is called healthy.
+        let (code, value) = tokio::task::block_in_place(|| status_json(&env));
+        assert_eq!(code, Some(0), "{round}: {value}");
+        assert_eq!(value["readiness"]["http_status"], 200, "{round}: {value}");
+        let (code, report) = tokio::task::block_in_place(|| health_json(&env, &public));
+        assert_eq!(daemon_check(&report), "ok", "{round}: {report}");
+        assert_eq!(code, Some(0), "{round}: {report}");
         if round == "first worker" {
             let restart = daemon.ctl("restart");
             crate::harness::succeeded(&restart);
         }
     }
     assert!(daemon.ctl("stop").status.success());
+}
+
+/// `musicd status --json`: its exit code and JSON.
+fn status_json(env: &TestEnv) -> (Option<i32>, serde_json::Value) {
+    let output = env
+        .command("musicd")
+        .args(["status", "--json"])
+        .output()
+        .expect("musicd status --json");
+    let value = serde_json::from_slice(&output.stdout).expect("status --json prints JSON");
+    (output.status.code(), value)
+}
+
+/// `musicctl health --json` with `listen` set to `base`'s address.
+fn health_json(env: &TestEnv, base: &str) -> (Option<i32>, serde_json::Value) {
+    let listen = base.trim_start_matches("http://");
+    let output = env
+        .command("musicctl")
+        .args(["--set", &format!("listen=\"{listen}\""), "health", "--json"])
+        .output()
+        .expect("musicctl health");
+    let value = serde_json::from_slice(&output.stdout).expect("health --json prints JSON");
+    (output.status.code(), value)
+}
+
+/// The state of the `daemon` check of a health report.
+fn daemon_check(report: &serde_json::Value) -> String {
+    report["checks"]
+        .as_array()
+        .and_then(|checks| checks.iter().find(|c| c["name"] == "daemon"))
+        .and_then(|c| c["state"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The same probes against `musicd run` in the foreground, with and without an ops
+/// address given the way a new user would (`MUSICD_OPS_LISTEN`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_asks_the_ops_address_of_musicd_run_when_there_is_one() {
+    let env = TestEnv::shared_with(&[]).await;
+    env.track("h.mp3", b"h").await;
+    let plain = crate::harness::daemon::Daemon::start(&env).await;
+    let (code, report) = tokio::task::block_in_place(|| health_json(&env, &plain.base));
+    assert_eq!(
+        (code, daemon_check(&report)),
+        (Some(0), "ok".into()),
+        "{report}"
+    );
+    drop(plain);
+
+    let ops_port = free_port();
+    let ops = format!("ops_listen=127.0.0.1:{ops_port}");
+    let env = TestEnv::shared_with(&[ops.as_str()]).await;
+    env.track("h.mp3", b"h").await;
+    let daemon = crate::harness::daemon::Daemon::start(&env).await;
+    let (code, report) = tokio::task::block_in_place(|| health_json(&env, &daemon.base));
+    assert_eq!(
+        (code, daemon_check(&report)),
+        (Some(0), "ok".into()),
+        "{report}"
+    );
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("127.0.0.1:{ops_port} /readyz 200")),
+        "{report}"
+    );
 }
 
 /// `musicd status --json`: the supervisor, its worker, restarts and readiness, with the
@@ -479,26 +553,6 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     );
     assert!(!alive(hung), "the hung worker is gone");
     assert!(daemon.ctl("stop").status.success());
-}
-
-/// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
-fn every_thread_stopped(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    let mut any = false;
-    for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // The state follows the command name, which is in parentheses and may hold spaces.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next());
-        if state != Some("T") {
-            return false;
-        }
-        any = true;
-    }
-    any
 }
 
 /// `[daemon] max_rss_mb`: a worker whose memory stays above the limit is replaced

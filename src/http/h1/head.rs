@@ -261,7 +261,21 @@ pub fn parse_head(
             return Ok(None);
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(httparse::Error::Version) => return Err(HeadError::Version),
+        Err(httparse::Error::Version) => {
+            return match request_line_version(buf) {
+                // RFC 9110 §2.5: a later 1.x minor is answered as the highest we speak.
+                Some((1, minor)) if minor > 1 => {
+                    let mut as_11 = buf.to_vec();
+                    let at = version_offset(buf).ok_or(HeadError::Malformed)?;
+                    as_11[at..at + 8].copy_from_slice(b"HTTP/1.1");
+                    parse_head(&as_11, limits, log, track_id)
+                }
+                // RFC 9110 §15.6.6: 505 is for a major version we do not speak.
+                Some((major, _)) if major != 1 => Err(HeadError::Version),
+                // RFC 9112 §3: anything else is not a request line.
+                _ => Err(HeadError::Malformed),
+            };
+        }
         Err(_) => return Err(HeadError::Malformed),
     };
     let (Some(method), Some(target), Some(minor)) = (request.method, request.path, request.version)
@@ -485,10 +499,49 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// The version of a well-formed request line (`method SP target SP HTTP/d.d CRLF`, single
+/// spaces, one digit each side of the dot), as (major, minor); `None` when the line is not
+/// one.
+fn request_line_version(buf: &[u8]) -> Option<(u8, u8)> {
+    let at = version_offset(buf)?;
+    match &buf[at..] {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor, rest @ ..]
+            if major.is_ascii_digit()
+                && minor.is_ascii_digit()
+                && (rest.starts_with(b"\r\n") || rest.starts_with(b"\n")) =>
+        {
+            Some((major - b'0', minor - b'0'))
+        }
+        _ => None,
+    }
+}
+
+/// Where the version starts in a request line made of three parts separated by single
+/// spaces (a method token, a target without spaces or controls).
+fn version_offset(buf: &[u8]) -> Option<usize> {
+    let line_end = buf.iter().position(|b| *b == b'\n')?;
+    let line = &buf[..line_end];
+    let first = line.iter().position(|b| *b == b' ')?;
+    let second = first + 1 + line[first + 1..].iter().position(|b| *b == b' ')?;
+    let method = &line[..first];
+    let target = &line[first + 1..second];
+    let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let visible = |b: &u8| b.is_ascii_graphic();
+    (!method.is_empty()
+        && method.iter().all(token)
+        && !target.is_empty()
+        && target.iter().all(visible))
+    .then_some(second + 1)
+}
+
 /// The origin form of a request target: as it is, or the path and query of an absolute
 /// form (RFC 9112 §3.2.2: a server MUST accept it; its host is not ours to check), or `*`
 /// for OPTIONS.
 fn origin_form<'t>(target: &'t str, method: &Method) -> Result<&'t str, HeadError> {
+    // RFC 9112 §3.2: no form of request target carries a fragment.
+    if target.contains('#') {
+        return Err(HeadError::Target);
+    }
     if target.starts_with('/') {
         return Ok(target);
     }
@@ -527,11 +580,11 @@ fn valid_host(value: &[u8]) -> bool {
             return false;
         };
         let inside = &literal[..close];
-        if inside.is_empty()
-            || !inside
-                .iter()
-                .all(|b| b.is_ascii_hexdigit() || b":.".contains(b))
-        {
+        // RFC 3986 §3.2.2: an IPv6 address (IPvFuture is not served here).
+        let address = std::str::from_utf8(inside)
+            .ok()
+            .and_then(|text| text.parse::<std::net::Ipv6Addr>().ok());
+        if address.is_none() {
             return false;
         }
         match &literal[close + 1..] {
@@ -753,6 +806,34 @@ X-Request-Id: req-1\r\n\r\nGET /next",
             parse("GET / HTTP/2.0\r\n\r\n").err(),
             Some(HeadError::Version)
         );
+        // Malformed request lines are 400, not 505 (RFC 9112 §3).
+        for line in [
+            "G ET / HTTP/1.0",
+            "GET /  HTTP/1.1",
+            "GET / HTTP/10.0",
+            "GET / HTTP/1.32",
+            "GET / HTTP/\r\r1.1",
+        ] {
+            assert_eq!(
+                parse(&format!("{line}\r\nHost: h\r\n\r\n")).err(),
+                Some(HeadError::Malformed),
+                "{line}"
+            );
+        }
+        // A later 1.x is answered as 1.1 (RFC 9110 §2.5).
+        let head = parse("GET / HTTP/1.2\r\nHost: h\r\n\r\n")
+            .expect("parsed")
+            .expect("complete");
+        assert_eq!(head.version, Version::HTTP_11);
+        // No fragment in a target, no invalid IPv6 literal in an authority (RFC 9112 §3.2).
+        for target in ["/musicdb/x/y.mp3#t=10", "http://[4712::abcd::]/musicdb/x"] {
+            assert_eq!(
+                parse(&format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n")).err(),
+                Some(HeadError::Target),
+                "{target}"
+            );
+        }
+        assert!(parse("GET http://[::1]:8080/x HTTP/1.1\r\nHost: h\r\n\r\n").is_ok());
     }
 
     #[test]

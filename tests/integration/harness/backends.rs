@@ -156,6 +156,11 @@ impl Server {
         up
     }
 
+    /// Its pid, while it runs.
+    pub fn pid(&self) -> Option<i32> {
+        self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+    }
+
     /// Kills the server (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -153,10 +153,16 @@ pub fn refused(track: &str) -> Vec<Refused> {
             format!("GET {track} HTTP/2.0\r\nHost: x\r\n\r\n"),
             505,
         ),
+        // A later 1.x minor is served as 1.1 (RFC 9110 §2.5); a malformed version is 400.
         (
-            "HTTP/1.2",
-            format!("GET {track} HTTP/1.2\r\nHost: x\r\n\r\n"),
-            505,
+            "HTTP/1.32",
+            format!("GET {track} HTTP/1.32\r\nHost: x\r\n\r\n"),
+            400,
+        ),
+        (
+            "fragment in the target",
+            format!("GET {track}#t=10 HTTP/1.1\r\nHost: x\r\n\r\n"),
+            400,
         ),
         ("unknown expectation", head("Expect: 200-ok\r\n"), 417),
         // Chunked bodies that cannot be framed (§7.1).

@@ -98,6 +98,26 @@ impl<'a> Supervised<'a> {
 }
 
 /// Sends a signal to a pid.
+/// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
+pub fn every_thread_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("T") {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
 pub fn signal(pid: i32, signal: i32) {
     // SAFETY: kill(2) with plain integers.
     unsafe {

@@ -52,13 +52,35 @@ pub fn request_methods(input: &[u8]) -> Vec<String> {
 }
 
 /// [`request_methods`], and the bytes after the last framed request.
+/// `input` with the version of its first line rewritten to `HTTP/1.1` when that line is a
+/// request line for HTTP/1.2 to 1.9.
+fn later_minor_as_11(input: &[u8]) -> Option<Vec<u8>> {
+    let end = input.iter().position(|b| *b == b'\n')?;
+    let line = input[..end].strip_suffix(b"\r").unwrap_or(&input[..end]);
+    let at = line.len().checked_sub(8)?;
+    let version = &line[at..];
+    let later = version.starts_with(b"HTTP/1.") && (b'2'..=b'9').contains(&version[7]);
+    let spaced = at > 0
+        && line[at - 1] == b' '
+        && line[..at - 1].iter().filter(|b| **b == b' ').count() == 1;
+    (later && spaced).then(|| {
+        let mut copy = input.to_vec();
+        copy[at + 7] = b'1';
+        copy
+    })
+}
+
 fn framed_requests(input: &[u8]) -> (Vec<String>, &[u8]) {
     let mut methods = Vec::new();
     let mut rest = input;
     loop {
         let mut slots = [httparse::EMPTY_HEADER; 100];
         let mut request = httparse::Request::new(&mut slots);
-        let Ok(httparse::Status::Complete(len)) = request.parse(rest) else {
+        // A later 1.x minor is a request too, served as 1.1 (RFC 9110 §2.5); httparse
+        // knows only 1.0 and 1.1, so it reads a copy that says 1.1 (same length).
+        let as_11 = later_minor_as_11(rest);
+        let view = as_11.as_deref().unwrap_or(rest);
+        let Ok(httparse::Status::Complete(len)) = request.parse(view) else {
             return (methods, rest);
         };
         let method = request.method.unwrap_or_default().to_string();

@@ -1,12 +1,23 @@
-//! A small blocking HTTP/1.1 client for the commands that talk to HTTP servers (`purge`
-//! banning in varnish, `compare` asking two services): one request per connection, the
-//! whole answer read, Content-Length or chunked.
+//! The one small blocking HTTP/1.1 client, for whatever asks an HTTP server without a
+//! runtime: `musicd status` and `musicctl health` probing `/readyz`, `purge` banning in
+//! varnish, `compare` asking two services. One request per connection, the whole answer
+//! read (Content-Length, chunked, or to the close), every step bounded by a timeout.
 
 use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use super::AdminError;
+/// Why no answer came.
+#[derive(Debug, thiserror::Error)]
+#[error("{method} {url}: {message}")]
+pub struct RequestError {
+    method: String,
+    url: String,
+    message: String,
+}
+
+/// The usual bound on a request to a service of ours.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A whole answer.
 pub struct Answer {
@@ -18,14 +29,44 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// Sends `method path` with `headers` (`name: value` lines) to `base` (`http://host:port`).
+/// Sends `method path` with `headers` (`name: value` lines) to `base` (`http://host:port`),
+/// bounded by [`TIMEOUT`].
 pub fn request(
     base: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
-) -> Result<Answer, AdminError> {
-    let fail = |message: String| AdminError::Usage(format!("{method} {base}{path}: {message}"));
+) -> Result<Answer, RequestError> {
+    request_within(base, method, path, headers, TIMEOUT)
+}
+
+/// `GET path` from a listening address (an unspecified one, `0.0.0.0` or `::`, means this
+/// machine's loopback), each step within `timeout`.
+pub fn get_from(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answer, RequestError> {
+    let mut addr = addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(if addr.is_ipv4() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        });
+    }
+    request_within(&format!("http://{addr}"), "GET", path, &[], timeout)
+}
+
+/// [`request`] with each step (connect, write, read) bounded by `timeout`.
+pub fn request_within(
+    base: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<Answer, RequestError> {
+    let fail = |message: String| RequestError {
+        method: method.to_string(),
+        url: format!("{base}{path}"),
+        message,
+    };
     let authority = base
         .strip_prefix("http://")
         .ok_or_else(|| fail("only http:// URLs are supported".into()))?
@@ -35,10 +76,11 @@ pub fn request(
         .map_err(|e| fail(e.to_string()))?
         .next()
         .ok_or_else(|| fail("no address".into()))?;
-    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5))
+    let mut stream = TcpStream::connect_timeout(&address, timeout.min(Duration::from_secs(5)))
         .map_err(|e| fail(e.to_string()))?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| fail(e.to_string()))?;
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {authority}\r\n");
     for (name, value) in headers {
