@@ -51,6 +51,14 @@ sub vcl_recv {
     if (req.method != "GET" && req.method != "HEAD") {
         return (pass);
     }
+    # An absolute-form target (`GET http://host/musicdb/...`) is the same URL as its path:
+    # musicd routes it by its path, so varnish must hash and authorize it by its path too.
+    if (req.url ~ "^[A-Za-z][A-Za-z0-9+.-]*://") {
+        set req.url = regsub(req.url, "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", "");
+        if (req.url !~ "^/") {
+            set req.url = "/" + req.url;
+        }
+    }
     if (req.url ~ "^/(healthz|readyz|metrics)(\?|$)") {
         return (pass);
     }
@@ -58,12 +66,10 @@ sub vcl_recv {
     unset req.http.Cookie;
     unset req.http.Authorization;
     # authorize: begin. musicd says whether this link may play before any cached copy does.
+    # Every cacheable request, whatever its route prefix (they are configurable).
     if (req.restarts == 0) {
-        unset req.http.X-Musicd-Authorize;
-        if (req.url ~ "^/(stream/)?musicdb/") {
-            set req.http.X-Musicd-Authorize = "1";
-            return (pass);
-        }
+        set req.http.X-Musicd-Authorize = "1";
+        return (pass);
     }
     # authorize: end
     return (hash);

@@ -325,8 +325,7 @@ return 1",
 /// The fill lease's key for an entry's key, in the entry's Cluster hash slot: when the key
 /// already names a hash tag (`{...}`), the same tag leads; otherwise the whole key becomes
 /// the tag. It never starts with the key prefix, so purges and prunes by prefix skip it.
-/// (A prefix with a `}` and no tag cannot share a slot: on a Cluster its fills then fail
-/// and are not written, the safe way round.)
+/// (A prefix with a `}` and no tag could not share a slot: the configuration refuses it.)
 pub fn fill_key(key: &str) -> String {
     let tagged = key
         .find('{')

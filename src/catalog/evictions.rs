@@ -18,11 +18,12 @@
 //!   per change, from the one writer that matters, is far less.
 //!
 //! Pub/sub delivers at most once: a message sent while the subscription is down, or lost
-//! in a partition nobody noticed yet, is never delivered. So the 1 s TTL stays as the bound,
-//! the subscription is checked with a `PING` every [`PING_EVERY`] (a partition shows as a
-//! missing answer, not only as a reset). While it is down, answers live 1 s at most
-//! whatever the configured TTL; on every (re)subscription with a longer TTL the whole local
-//! cache is cleared, so what was missed meanwhile cannot survive it.
+//! in a partition nobody noticed yet, is never delivered. So the subscription is checked
+//! with a `PING` every [`PING_EVERY`] (a partition shows as a missing answer, not only as a
+//! reset), and the follower publishes a heartbeat every [`HEARTBEAT_EVERY`]: answers live
+//! their configured TTL only while messages are heard (a Cluster node cut off from the bus
+//! still answers `PING` but hears nothing), 1 s at most otherwise; when hearing resumes
+//! with a longer TTL the whole local cache is cleared, so what was missed cannot survive.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,6 +38,16 @@ use crate::redis_link::RedisLink;
 
 /// How often a live subscription proves it is live.
 pub const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the follower says it is there (a message of its own on the channel).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+
+/// Past this long without a message, evictions are taken not to arrive: a Cluster node
+/// cut off from the cluster bus still answers `PING`, but hears nothing published.
+pub const SILENCE: Duration = Duration::from_secs(3);
+
+/// The follower's heartbeat message (not an id: evicts nothing).
+const HEARTBEAT: &str = ".";
 
 /// Pause before subscribing again after a failure.
 const RETRY: Duration = Duration::from_millis(500);
@@ -115,6 +126,22 @@ pub async fn publish(
         redis::cmd("PUBLISH")
             .arg(&channel)
             .arg(&message)
+            .query_async(&mut conn)
+            .await
+    })
+    .await
+}
+
+/// The follower's heartbeat: a message every musicd hears, proving evictions reach it.
+pub async fn heartbeat(
+    link: &RedisLink,
+    prefix: &str,
+) -> Result<u64, crate::redis_link::LinkError> {
+    let channel = channel(prefix);
+    link.run(|mut conn| async move {
+        redis::cmd("PUBLISH")
+            .arg(&channel)
+            .arg(HEARTBEAT)
             .query_async(&mut conn)
             .await
     })
@@ -200,24 +227,32 @@ async fn subscribed(
         Ok(Err(err)) => return err.to_string(),
         Err(_) => return format!("subscribing took longer than {timeout:?}"),
     };
-    // Whatever was published while nobody listened is lost. Answers kept meanwhile lived
-    // 1 s at most; with a longer TTL they would now outlive a missed change: start from
-    // nothing. (With the default 1 s TTL nothing changes, and nothing is thrown away.)
-    if resolver.local().ttl() > super::local::UNPUSHED_TTL {
-        resolver.clear();
-        status.clears.fetch_add(1, Ordering::Relaxed);
-    }
-    resolver.local().set_pushed(true);
     if !status.subscribed.swap(true, Ordering::Relaxed) {
         tracing::info!(node, channel, "evictions subscribed");
     }
+    // Entries live their configured TTL only while messages are heard (the follower's
+    // heartbeat at least); whatever was published while nobody listened is lost, so
+    // answers kept meanwhile (1 s at most) are cleared when hearing resumes with a longer
+    // TTL. With the default 1 s TTL nothing changes, and nothing is thrown away.
+    let hear = |heard: &mut Option<std::time::Instant>| {
+        if heard.is_none() && resolver.local().ttl() > super::local::UNPUSHED_TTL {
+            resolver.clear();
+            status.clears.fetch_add(1, Ordering::Relaxed);
+        }
+        *heard = Some(std::time::Instant::now());
+        resolver.local().set_pushed(true);
+    };
+    let mut heard: Option<std::time::Instant> = None;
     let (mut sink, mut messages) = pubsub.split();
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             message = messages.next() => match message {
-                Some(message) => apply(message.get_payload_bytes(), resolver, status),
+                Some(message) => {
+                    hear(&mut heard);
+                    apply(message.get_payload_bytes(), resolver, status);
+                }
                 None => return "the connection closed".into(),
             },
             _ = ping.tick() => {
@@ -225,6 +260,10 @@ async fn subscribed(
                     Ok(Ok(_)) => {}
                     Ok(Err(err)) => return err.to_string(),
                     Err(_) => return format!("no answer to PING within {timeout:?}"),
+                }
+                if heard.is_some_and(|at| at.elapsed() > SILENCE) {
+                    heard = None;
+                    resolver.local().set_pushed(false);
                 }
             }
         }

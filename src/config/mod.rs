@@ -480,6 +480,24 @@ mod tests {
     }
 
     #[test]
+    fn a_key_prefix_holds_braces_only_as_one_hash_tag() {
+        let with = |prefix: &str| {
+            load_text(
+                "media_roots = [\"$ROOT\"]\n",
+                &[],
+                &[&format!("redis.prefix=\"{prefix}\"")],
+            )
+        };
+        for fine in ["track_", "{musicd}track_", "app{t}_"] {
+            assert!(with(fine).is_ok(), "{fine}");
+        }
+        for refused in ["a}b_", "a{b_", "a{}b_", "}{x}_"] {
+            let err = with(refused).expect_err(refused).to_string();
+            assert!(err.contains("hash tag"), "{refused}: {err}");
+        }
+    }
+
+    #[test]
     fn unknown_key_names_the_key_and_the_file() {
         let err = load_text("media_roots = [\"$ROOT\"]\n[redis]\nttl = 5\n", &[], &[])
             .expect_err("unknown key");

@@ -145,6 +145,19 @@ impl RawConfig {
                 "must not be empty (purges match on it)".into(),
             ));
         }
+        // A fill lease must share its entry's Cluster slot (catalog::cache::fill_key): a
+        // brace in the prefix is allowed only as a whole hash tag, `{tag}`.
+        let proper_tag = prefix
+            .find('{')
+            .is_some_and(|open| prefix[open + 1..].find('}').is_some_and(|close| close > 0));
+        let braces = prefix.contains('{') || prefix.contains('}');
+        let lone_close = prefix.find('}') < prefix.find('{').or(Some(usize::MAX));
+        if braces && (!proper_tag || lone_close) {
+            return Err(err_at(
+                "redis.prefix",
+                "may hold braces only as one hash tag, like `{musicd}track_`".into(),
+            ));
+        }
         let cluster = redis.cluster.unwrap_or_default();
         for node in &cluster {
             if redis::parse_redis_url(node).is_none() {

@@ -14,9 +14,10 @@
 //! * **Retried.** A refused or failed ban is sent again after a backoff (100 ms doubling to
 //!   [`MAX_BACKOFF`]); the ids wait meanwhile, and more than [`MAX_PENDING`] of them become
 //!   one ban of every track URL: wider than needed, never narrower.
-//! * **Never lost silently.** A ban still undelivered when the process stops is written to
-//!   Redis (`{prefix}watch:bans`, one set per cache), and whoever follows next sends it
-//!   first; the loss that remains (a process killed while a ban fails, with Redis down too)
+//! * **Never lost silently.** While a cache fails, and when the process stops, what it is
+//!   owed (waiting or being sent) is written to Redis (`{prefix}watch:bans:{url}`); a
+//!   follower that takes the lease sends it first ([`Banner::take_over`]), and the copy is
+//!   forgotten only once the cache took everything; the loss that remains (a process killed while a ban fails, with Redis down too)
 //!   is logged and counted in `musicd_watch_bans_dropped_total`. The resume point is saved
 //!   only once every change before it was banned or handed to Redis
 //!   ([`Banner::settled`]), so a follower killed before its batch went out leaves the
@@ -24,9 +25,9 @@
 //! * **Shown.** `/metrics` (`musicd_watch_bans_total`, `..._pending`, `..._lag_seconds`),
 //!   `/readyz` (`watch.bans`) and `musicctl health`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mongodb::bson::oid::ObjectId;
@@ -59,36 +60,127 @@ const ECHO_SEQ: u64 = u64::MAX;
 /// How long one BAN may take (connect, send, answer).
 const BAN_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// When an id (or everything) was first queued: its sequence number and time.
+type Queued = (u64, Instant);
+
 /// The ids one cache still has to ban.
 #[derive(Default)]
 struct Pending {
-    /// Id -> (sequence number when first queued, when).
-    ids: HashMap<ObjectId, (u64, Instant)>,
-    /// Every track URL, queued at this sequence number and time.
-    everything: Option<(u64, Instant)>,
+    /// Waiting to be sent: id -> when first queued.
+    ids: HashMap<ObjectId, Queued>,
+    /// Every track URL, waiting.
+    everything: Option<Queued>,
+    /// The batch being sent now: still owed until its cache answers, so it counts for
+    /// [`Banner::settled`] and is handed over if the process stops meanwhile.
+    sending: Option<Batch>,
+}
+
+/// What one BAN covers.
+#[derive(Clone)]
+enum Batch {
+    Ids(Vec<(ObjectId, Queued)>),
+    Everything(Queued),
+}
+
+impl Batch {
+    fn queued(&self) -> impl Iterator<Item = Queued> + '_ {
+        let (ids, everything) = match self {
+            Batch::Ids(ids) => (Some(ids.iter().map(|(_, q)| *q)), None),
+            Batch::Everything(q) => (None, Some(*q)),
+        };
+        ids.into_iter().flatten().chain(everything)
+    }
 }
 
 impl Pending {
+    /// Nothing waits to be sent (a batch may be under way).
     fn is_empty(&self) -> bool {
         self.ids.is_empty() && self.everything.is_none()
     }
 
-    /// The lowest sequence number still waiting.
+    fn all_queued(&self) -> impl Iterator<Item = Queued> + '_ {
+        self.ids
+            .values()
+            .copied()
+            .chain(self.everything)
+            .chain(self.sending.iter().flat_map(Batch::queued))
+    }
+
+    /// The lowest sequence number still owed.
     fn oldest_seq(&self) -> Option<u64> {
-        let ids = self.ids.values().map(|(seq, _)| *seq).min();
-        match (ids, self.everything.map(|(seq, _)| seq)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        self.all_queued().map(|(seq, _)| seq).min()
+    }
+
+    /// Owed ids (an "everything" counts one).
+    fn owed(&self) -> usize {
+        let sending = match &self.sending {
+            Some(Batch::Ids(ids)) => ids.len(),
+            Some(Batch::Everything(_)) => 1,
+            None => 0,
+        };
+        self.ids.len() + usize::from(self.everything.is_some()) + sending
+    }
+
+    /// Adds an id; past [`MAX_PENDING`] everything is banned instead.
+    fn add(&mut self, id: ObjectId, queued: Queued) {
+        if let Some(everything) = &mut self.everything {
+            // Covered; the oldest change still owed keeps the resume point back.
+            *everything = earliest(*everything, queued);
+            return;
+        }
+        let entry = self.ids.entry(id).or_insert(queued);
+        *entry = earliest(*entry, queued);
+        if self.ids.len() > MAX_PENDING {
+            self.replace_with_everything(queued);
         }
     }
 
-    fn oldest_time(&self) -> Option<Instant> {
-        let ids = self.ids.values().map(|(_, at)| *at).min();
-        match (ids, self.everything.map(|(_, at)| at)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+    /// One ban of everything replaces what waits, owing what the oldest of it owed.
+    fn replace_with_everything(&mut self, queued: Queued) {
+        let oldest = self
+            .ids
+            .drain()
+            .map(|(_, q)| q)
+            .chain(self.everything.take())
+            .fold(queued, earliest);
+        self.everything = Some(oldest);
+    }
+
+    /// Puts a batch that failed (or is abandoned) back in front.
+    fn put_back(&mut self, batch: Batch) {
+        match batch {
+            Batch::Everything(queued) => self.replace_with_everything(queued),
+            Batch::Ids(ids) => {
+                for (id, queued) in ids {
+                    self.add(id, queued);
+                }
+            }
         }
     }
+
+    /// What is owed, as Redis set members (`*` for everything).
+    fn members(&self) -> Vec<String> {
+        let everything =
+            self.everything.is_some() || matches!(self.sending, Some(Batch::Everything(_)));
+        if everything {
+            return vec![crate::catalog::evictions::EVERYTHING.to_string()];
+        }
+        let sending = match &self.sending {
+            Some(Batch::Ids(ids)) => ids.iter().map(|(id, _)| *id).collect(),
+            _ => Vec::new(),
+        };
+        self.ids
+            .keys()
+            .copied()
+            .chain(sending)
+            .map(|id| id.to_hex())
+            .collect()
+    }
+}
+
+/// The one queued first (lowest sequence number, earliest time).
+fn earliest(a: Queued, b: Queued) -> Queued {
+    (a.0.min(b.0), a.1.min(b.1))
 }
 
 /// One cache in front, its queue and counters.
@@ -104,8 +196,10 @@ pub struct Cache {
     last_error: Mutex<String>,
     /// Every id queued up to this sequence number is delivered or copied to Redis.
     kept_through: AtomicU64,
+    /// Whether Redis holds a copy of what this cache owes (forgotten once it took all).
+    kept: AtomicBool,
     /// Bans delivered once, to be sent once more when due ([`ECHO_AFTER`]).
-    echoes: Mutex<std::collections::VecDeque<(Instant, Echo)>>,
+    echoes: Mutex<VecDeque<(Instant, Echo)>>,
 }
 
 /// What a delivered ban covered, for its echo.
@@ -126,6 +220,7 @@ impl Cache {
             lag_us: AtomicU64::new(0),
             last_error: Mutex::default(),
             kept_through: AtomicU64::new(0),
+            kept: AtomicBool::new(false),
             echoes: Mutex::default(),
         }
     }
@@ -134,11 +229,13 @@ impl Cache {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn echoes(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(Instant, Echo)>> {
+    fn echoes(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Echo)>> {
         self.echoes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Moves the echoes that are due into the queue (as echoes: they are not echoed again).
+    /// Moves the echoes that are due into the queue. An echo owes nothing of its own
+    /// ([`ECHO_SEQ`]): it never holds the resume point back, and whatever real ban it
+    /// joins keeps its own sequence number.
     fn queue_due_echoes(&self) {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -156,18 +253,12 @@ impl Cache {
         let mut pending = self.pending();
         for echo in due {
             match echo {
-                Echo::Everything => {
-                    if pending.everything.is_none() {
-                        pending.ids.clear();
-                        pending.everything = Some((ECHO_SEQ, now));
-                    }
-                }
-                Echo::Ids(ids) if pending.everything.is_none() => {
+                Echo::Everything => pending.replace_with_everything((ECHO_SEQ, now)),
+                Echo::Ids(ids) => {
                     for id in ids {
-                        pending.ids.entry(id).or_insert((ECHO_SEQ, now));
+                        pending.add(id, (ECHO_SEQ, now));
                     }
                 }
-                Echo::Ids(_) => {}
             }
         }
     }
@@ -192,21 +283,23 @@ impl Cache {
         self.dropped.load(Ordering::Relaxed)
     }
 
-    /// Ids waiting (an "everything" counts one).
+    /// Ids owed, waiting or being sent (an "everything" counts one).
     pub fn waiting(&self) -> usize {
-        let pending = self.pending();
-        pending.ids.len() + usize::from(pending.everything.is_some())
+        self.pending().owed()
     }
 
-    /// Queued-to-answered time of the last delivered ban; while bans wait, the age of the
-    /// oldest.
+    /// Queued-to-answered time of the last delivered ban; while bans are owed, the age of
+    /// the oldest.
     pub fn lag_seconds(&self) -> f64 {
-        let waiting = self
+        let owed = self
             .pending()
-            .oldest_time()
+            .all_queued()
+            .filter(|(seq, _)| *seq != ECHO_SEQ)
+            .map(|(_, at)| at)
+            .min()
             .map_or(0.0, |at| at.elapsed().as_secs_f64());
         let last = self.lag_us.load(Ordering::Relaxed) as f64 / 1e6;
-        waiting.max(last)
+        owed.max(last)
     }
 
     fn to_json(&self) -> serde_json::Value {
@@ -228,8 +321,8 @@ pub struct Banner {
     prefixes: Vec<String>,
     /// Sequence number of the last id queued.
     queued: AtomicU64,
-    /// Held while queuing and while a failing cache's queue is copied to Redis, so that
-    /// copy holds every id up to the sequence number read with it.
+    /// Held while queuing and while a cache's queue is copied to Redis, so that copy holds
+    /// every id up to the sequence number read with it.
     order: Mutex<()>,
 }
 
@@ -259,23 +352,12 @@ impl Banner {
             return;
         }
         let _order = self.order();
-        let seq = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        let now = Instant::now();
+        let queued = (
+            self.queued.fetch_add(1, Ordering::AcqRel) + 1,
+            Instant::now(),
+        );
         for cache in &self.caches {
-            {
-                let mut pending = cache.pending();
-                if pending.everything.is_none() {
-                    pending.ids.entry(id).or_insert((seq, now));
-                    if pending.ids.len() > MAX_PENDING {
-                        let oldest = (
-                            pending.oldest_seq().unwrap_or(seq),
-                            pending.oldest_time().unwrap_or(now),
-                        );
-                        pending.ids.clear();
-                        pending.everything = Some(oldest);
-                    }
-                }
-            }
+            cache.pending().add(id, queued);
             cache.wake.notify_one();
         }
     }
@@ -286,18 +368,12 @@ impl Banner {
             return;
         }
         let _order = self.order();
-        let seq = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
-        let now = Instant::now();
+        let queued = (
+            self.queued.fetch_add(1, Ordering::AcqRel) + 1,
+            Instant::now(),
+        );
         for cache in &self.caches {
-            {
-                let mut pending = cache.pending();
-                let oldest = (
-                    pending.oldest_seq().unwrap_or(seq).min(seq),
-                    pending.oldest_time().unwrap_or(now).min(now),
-                );
-                pending.ids.clear();
-                pending.everything = Some(oldest);
-            }
+            cache.pending().replace_with_everything(queued);
             cache.wake.notify_one();
         }
     }
@@ -325,7 +401,7 @@ impl Banner {
     }
 
     /// Sends every cache's bans until `stop` completes; then tries once more, for at most
-    /// `grace`, and writes what is still undelivered to Redis for the next follower.
+    /// `grace`, and writes what is still owed to Redis for the next follower.
     pub async fn run(
         &self,
         link: &RedisLink,
@@ -336,7 +412,6 @@ impl Banner {
         if self.caches.is_empty() {
             return;
         }
-        self.take_over(link, prefix).await;
         let senders = futures_util::future::join_all(
             self.caches
                 .iter()
@@ -346,52 +421,61 @@ impl Banner {
             () = stop => {}
             _ = senders => {}
         }
+        // A batch cut off mid-send is still owed: back in the queue with the rest.
+        for cache in &self.caches {
+            let mut pending = cache.pending();
+            if let Some(batch) = pending.sending.take() {
+                pending.put_back(batch);
+            }
+        }
         let last_try =
             futures_util::future::join_all(self.caches.iter().map(|cache| self.send_batch(cache)));
         let _ = tokio::time::timeout(grace, last_try).await;
         self.hand_over(link, prefix).await;
     }
 
-    /// Queues the bans a previous follower could not deliver.
-    async fn take_over(&self, link: &RedisLink, prefix: &str) {
+    /// Queues what a previous follower could not deliver (kept in Redis). Called by a
+    /// follower each time it takes the lease: the copy stays in Redis until the cache
+    /// took everything, so a follower that dies meanwhile leaves it to the next.
+    pub async fn take_over(&self, link: &RedisLink, prefix: &str) {
         for cache in &self.caches {
             let key = handover_key(prefix, &cache.url);
-            let taken = link
+            let members: Result<Vec<String>, _> = link
                 .run(|mut conn| async move {
-                    redis::pipe()
-                        .atomic()
-                        .cmd("SMEMBERS")
+                    redis::cmd("SMEMBERS")
                         .arg(&key)
-                        .cmd("DEL")
-                        .arg(&key)
-                        .ignore()
-                        .query_async::<(Vec<String>,)>(&mut conn)
+                        .query_async(&mut conn)
                         .await
                 })
                 .await;
-            let Ok((members,)) = taken else { continue };
+            let Ok(members) = members else { continue };
             if members.is_empty() {
                 continue;
             }
             tracing::info!(cache = %cache.url, bans = members.len(), "sending the bans a previous follower left");
             let _order = self.order();
-            let seq = self.queued.fetch_add(1, Ordering::AcqRel) + 1;
-            let now = Instant::now();
-            let mut pending = cache.pending();
-            for member in members {
-                if member == crate::catalog::evictions::EVERYTHING {
-                    pending.everything = Some((seq, now));
-                } else if let Ok(id) = ObjectId::parse_str(&member) {
-                    pending.ids.entry(id).or_insert((seq, now));
+            let queued = (
+                self.queued.fetch_add(1, Ordering::AcqRel) + 1,
+                Instant::now(),
+            );
+            {
+                let mut pending = cache.pending();
+                for member in members {
+                    if member == crate::catalog::evictions::EVERYTHING {
+                        pending.replace_with_everything(queued);
+                    } else if let Ok(id) = ObjectId::parse_str(&member) {
+                        pending.add(id, queued);
+                    }
                 }
             }
-            drop(pending);
+            cache.kept.store(true, Ordering::Release);
+            cache.kept_through.fetch_max(queued.0, Ordering::AcqRel);
             cache.wake.notify_one();
         }
     }
 
-    /// Writes undelivered bans to Redis for the next follower; counts and logs what even
-    /// that could not keep.
+    /// Writes what each cache still owes to Redis for the next follower, and forgets it
+    /// here; counts and logs what even that could not keep.
     async fn hand_over(&self, link: &RedisLink, prefix: &str) {
         for cache in &self.caches {
             let count = cache.waiting();
@@ -415,7 +499,7 @@ impl Banner {
         }
     }
 
-    /// Copies a cache's queue to Redis (the set the next follower sends first).
+    /// Copies what a cache owes to Redis (the set the next follower sends first).
     async fn keep(
         &self,
         link: &RedisLink,
@@ -424,13 +508,7 @@ impl Banner {
     ) -> Result<(), crate::redis_link::LinkError> {
         let (members, through) = {
             let _order = self.order();
-            let pending = cache.pending();
-            let members: Vec<String> = if pending.everything.is_some() {
-                vec![crate::catalog::evictions::EVERYTHING.to_string()]
-            } else {
-                pending.ids.keys().map(|id| id.to_hex()).collect()
-            };
-            (members, self.queued())
+            (cache.pending().members(), self.queued())
         };
         let key = handover_key(prefix, &cache.url);
         if !members.is_empty() {
@@ -448,6 +526,7 @@ impl Banner {
                     .await
             })
             .await?;
+            cache.kept.store(true, Ordering::Release);
         }
         cache.kept_through.fetch_max(through, Ordering::AcqRel);
         Ok(())
@@ -456,7 +535,7 @@ impl Banner {
     /// Forgets the copy of a cache's queue in Redis once the cache took everything.
     async fn unkeep(&self, link: &RedisLink, prefix: &str, cache: &Cache) {
         let key = handover_key(prefix, &cache.url);
-        let _ = link
+        let forgotten = link
             .run(|mut conn| async move {
                 redis::cmd("DEL")
                     .arg(&key)
@@ -464,16 +543,17 @@ impl Banner {
                     .await
             })
             .await;
+        if forgotten.is_ok() {
+            cache.kept.store(false, Ordering::Release);
+        }
     }
 
     async fn send_forever(&self, cache: &Cache, link: &RedisLink, prefix: &str) {
         let mut backoff = Duration::ZERO;
-        let mut kept = false;
         loop {
             if cache.pending().is_empty() {
-                if kept {
+                if cache.kept.load(Ordering::Acquire) {
                     self.unkeep(link, prefix, cache).await;
-                    kept = false;
                 }
                 let due = cache.echoes().front().map(|(at, _)| *at);
                 match due {
@@ -493,11 +573,8 @@ impl Banner {
             } else {
                 // The cache may stay away for long: what it owes is kept in Redis, so the
                 // resume point can advance and a successor still sends it.
-                match self.keep(link, prefix, cache).await {
-                    Ok(()) => kept = true,
-                    Err(err) => {
-                        tracing::warn!(cache = %cache.url, error = %err, "could not keep undelivered bans in Redis")
-                    }
+                if let Err(err) = self.keep(link, prefix, cache).await {
+                    tracing::warn!(cache = %cache.url, error = %err, "could not keep undelivered bans in Redis");
                 }
                 (backoff * 2).clamp(Duration::from_millis(100), MAX_BACKOFF)
             };
@@ -505,44 +582,54 @@ impl Banner {
         }
     }
 
-    /// Sends one batch; false if it failed (the ids are queued again).
+    /// Sends one batch; false if it failed (it is queued again).
     async fn send_batch(&self, cache: &Cache) -> bool {
-        let (batch, everything, oldest) = {
+        let batch = {
             let mut pending = cache.pending();
-            if pending.is_empty() {
+            if pending.is_empty() || pending.sending.is_some() {
                 return true;
             }
-            let oldest = pending.oldest_time();
-            match pending.everything.take() {
-                Some(everything) => (vec![], Some(everything), oldest),
+            let batch = match pending.everything.take() {
+                Some(queued) => Batch::Everything(queued),
                 None => {
                     let ids: Vec<ObjectId> =
                         pending.ids.keys().take(IDS_PER_BAN).copied().collect();
-                    let batch: Vec<(ObjectId, (u64, Instant))> = ids
-                        .iter()
-                        .filter_map(|id| pending.ids.remove(id).map(|v| (*id, v)))
-                        .collect();
-                    (batch, None, oldest)
+                    Batch::Ids(
+                        ids.into_iter()
+                            .filter_map(|id| pending.ids.remove(&id).map(|q| (id, q)))
+                            .collect(),
+                    )
                 }
-            }
+            };
+            pending.sending = Some(batch.clone());
+            batch
         };
-        let regex = match everything {
-            Some(_) => crate::admin::ban::everything_regex(&self.prefixes),
-            None => {
-                let hex: Vec<String> = batch.iter().map(|(id, _)| id.to_hex()).collect();
+        let regex = match &batch {
+            Batch::Everything(_) => crate::admin::ban::everything_regex(&self.prefixes),
+            Batch::Ids(ids) => {
+                let hex: Vec<String> = ids.iter().map(|(id, _)| id.to_hex()).collect();
                 crate::admin::ban::ids_regex(&self.prefixes, &hex)
             }
         };
-        match ban(&cache.url, &regex).await {
+        let outcome = ban(&cache.url, &regex).await;
+        let mut pending = cache.pending();
+        pending.sending = None;
+        match outcome {
             Ok(status) if (200..300).contains(&status) => {
+                drop(pending);
                 cache.sent.fetch_add(1, Ordering::Relaxed);
-                let echo = match everything {
-                    Some((seq, _)) => (seq != ECHO_SEQ).then_some(Echo::Everything),
-                    None => {
-                        let ids: Vec<ObjectId> = batch
-                            .iter()
+                let owed = batch.queued().filter(|(seq, _)| *seq != ECHO_SEQ);
+                if let Some(oldest) = owed.map(|(_, at)| at).min() {
+                    let lag = u64::try_from(oldest.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    cache.lag_us.store(lag, Ordering::Relaxed);
+                }
+                let echo = match batch {
+                    Batch::Everything((seq, _)) => (seq != ECHO_SEQ).then_some(Echo::Everything),
+                    Batch::Ids(ids) => {
+                        let ids: Vec<ObjectId> = ids
+                            .into_iter()
                             .filter(|(_, (seq, _))| *seq != ECHO_SEQ)
-                            .map(|(id, _)| *id)
+                            .map(|(id, _)| id)
                             .collect();
                         (!ids.is_empty()).then_some(Echo::Ids(ids))
                     }
@@ -552,13 +639,11 @@ impl Banner {
                         .echoes()
                         .push_back((Instant::now() + ECHO_AFTER, echo));
                 }
-                if let Some(oldest) = oldest {
-                    let lag = u64::try_from(oldest.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    cache.lag_us.store(lag, Ordering::Relaxed);
-                }
                 true
             }
             outcome => {
+                pending.put_back(batch);
+                drop(pending);
                 let why = match outcome {
                     Ok(status) => format!("answered {status}"),
                     Err(err) => err,
@@ -570,21 +655,6 @@ impl Banner {
                 }
                 if let Ok(mut last) = cache.last_error.lock() {
                     last.clone_from(&why);
-                }
-                // Back in the queue, keeping when each was first queued.
-                let mut pending = cache.pending();
-                match everything {
-                    Some(everything) => {
-                        pending.ids.clear();
-                        pending.everything = Some(everything);
-                    }
-                    None if pending.everything.is_none() => {
-                        for (id, first) in batch {
-                            let entry = pending.ids.entry(id).or_insert(first);
-                            *entry = (entry.0.min(first.0), entry.1.min(first.1));
-                        }
-                    }
-                    None => {}
                 }
                 false
             }
@@ -670,6 +740,49 @@ mod tests {
             !banner.settled(seq),
             "the collapse keeps the oldest sequence number"
         );
+    }
+
+    #[test]
+    fn a_batch_being_sent_is_still_owed_and_an_echo_never_hides_a_real_ban() {
+        let banner = Banner::new(&["http://127.0.0.1:1".into()], &["/musicdb".into()]);
+        let cache = &banner.caches()[0];
+        let id = ObjectId::new();
+        banner.queue(id);
+        let seq = banner.queued();
+        {
+            // What send_batch does before the cache answers.
+            let mut pending = cache.pending();
+            let batch: Vec<_> = pending.ids.drain().collect();
+            pending.sending = Some(Batch::Ids(batch));
+        }
+        assert!(cache.pending().is_empty(), "nothing left to send");
+        assert!(!banner.settled(seq), "but the batch in flight is owed");
+        assert_eq!(
+            cache.pending().members(),
+            vec![id.to_hex()],
+            "and handed over"
+        );
+        cache.pending().sending = None;
+        assert!(banner.settled(seq));
+
+        // An echo of everything joins a real ban without lowering what it owes.
+        let real = ObjectId::new();
+        banner.queue(real);
+        let seq = banner.queued();
+        cache.echoes().push_back((Instant::now(), Echo::Everything));
+        cache.queue_due_echoes();
+        assert!(cache.pending().everything.is_some());
+        assert!(!banner.settled(seq), "the real ban is still owed");
+        // And a real id queued behind an echoed everything is owed too.
+        *cache.pending() = Pending::default();
+        cache.echoes().push_back((Instant::now(), Echo::Everything));
+        cache.queue_due_echoes();
+        assert!(
+            banner.settled(banner.queued()),
+            "an echo alone owes nothing"
+        );
+        banner.queue(ObjectId::new());
+        assert!(!banner.settled(banner.queued()));
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod bans;
 pub mod change;
 pub mod lease;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -304,7 +305,13 @@ impl Follower {
             }
         }
         match lease.acquire().await {
-            Ok(true) => {}
+            Ok(true) => {
+                // Bans a previous follower could not deliver are this one's now.
+                self.status
+                    .bans
+                    .take_over(self.backends.cache.link(), self.backends.cache.prefix())
+                    .await;
+            }
             Ok(false) => {
                 self.status
                     .set(WatchState::Standby, "another process holds the lease");
@@ -399,14 +406,14 @@ impl Follower {
         let mut saved = Instant::now();
         let mut after_invalidate = false;
         let mut reader = Reader::spawn(stream);
-        let mut token = None;
+        // Resume points not saved yet, each with the last ban queued before it: the newest
+        // whose bans are safe is the one saved.
+        let mut unsaved: VecDeque<(ResumeToken, u64)> = VecDeque::new();
+        let mut heartbeat = Instant::now();
         loop {
             // What the stream delivered since the last turn, waiting for it if need be: a
             // burst of changes is written as one batch.
             let (batch, latest, failed) = reader.batch().await;
-            if latest.is_some() {
-                token = latest;
-            }
             let mut writes = Vec::new();
             for event in batch {
                 let index = usize::from(change::operation_index(&event.operation_type));
@@ -445,7 +452,8 @@ impl Follower {
                             Ok(next) => reader = Reader::spawn(next),
                             Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
                         }
-                        token = Some(event.id.clone());
+                        unsaved.clear();
+                        unsaved.push_back((event.id.clone(), self.status.bans.queued()));
                         if let Err(why) = self.rebuild("the stream was invalidated").await {
                             return Stopped::Failed(why);
                         }
@@ -460,6 +468,23 @@ impl Follower {
             if let Err(why) = self.apply_all(writes).await {
                 return Stopped::Failed(why);
             }
+            if let Some(token) = latest {
+                if unsaved.len() >= MAX_UNSAVED {
+                    unsaved.pop_front();
+                }
+                unsaved.push_back((token, self.status.bans.queued()));
+            }
+            if heartbeat.elapsed() >= crate::catalog::evictions::HEARTBEAT_EVERY {
+                heartbeat = Instant::now();
+                if let Err(err) = crate::catalog::evictions::heartbeat(
+                    self.backends.cache.link(),
+                    self.backends.cache.prefix(),
+                )
+                .await
+                {
+                    tracing::debug!(error = %err, "eviction heartbeat not published");
+                }
+            }
             match failed {
                 None => {}
                 Some(err) if history_lost(&err) => {
@@ -467,7 +492,7 @@ impl Follower {
                         Ok(next) => reader = Reader::spawn(next),
                         Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
                     }
-                    token = None;
+                    unsaved.clear();
                     if let Err(why) = self.rebuild("the resume point fell off the oplog").await {
                         return Stopped::Failed(why);
                     }
@@ -476,9 +501,16 @@ impl Follower {
             }
             // Saved only once the bans of every change before it are safe (sent, or kept
             // in Redis): a successor replays and bans whatever came after.
+            let mut settled = || {
+                let newest = unsaved
+                    .iter()
+                    .rposition(|(_, seq)| self.status.bans.settled(*seq))?;
+                let token = unsaved.get(newest).map(|(token, _)| token.clone());
+                unsaved.drain(..newest);
+                token
+            };
             if saved.elapsed() >= SAVE_EVERY
-                && self.status.bans.settled(self.status.bans.queued())
-                && let Some(token) = token.clone()
+                && let Some(token) = settled()
             {
                 let position = Position {
                     token,
@@ -522,16 +554,26 @@ impl Follower {
         if writes.is_empty() {
             return Ok(());
         }
-        let results = futures_util::future::join_all(writes.iter().map(|w| self.apply(w))).await;
+        // Each write states the document's whole state, so only the last one per id is
+        // sent: two writes to one key in flight at once could be reordered by a Cluster
+        // connection's retries.
+        let mut last = std::collections::HashMap::new();
+        for (at, write) in writes.iter().enumerate() {
+            if let Some(id) = write_id(write) {
+                last.insert(id, at);
+            }
+        }
+        let sent = writes
+            .iter()
+            .enumerate()
+            .filter(|(at, w)| write_id(w).is_some_and(|id| last.get(&id) == Some(at)))
+            .map(|(_, w)| self.apply(w));
+        let results = futures_util::future::join_all(sent).await;
         if let Some(Err(err)) = results.into_iter().find(Result::is_err) {
             return Err(format!("redis: {err}"));
         }
-        for write in writes {
-            if let IndexChange::Path(id, _) | IndexChange::Forget(id) | IndexChange::Absent(id) =
-                write
-            {
-                self.status.bans.queue(id);
-            }
+        for id in writes.iter().filter_map(write_id) {
+            self.status.bans.queue(id);
         }
         Ok(())
     }
@@ -600,6 +642,17 @@ impl Follower {
         Ok(hello.get_str("setName").is_ok())
     }
 }
+
+/// The id a write is for.
+fn write_id(write: &IndexChange) -> Option<mongodb::bson::oid::ObjectId> {
+    match write {
+        IndexChange::Path(id, _) | IndexChange::Forget(id) | IndexChange::Absent(id) => Some(*id),
+        IndexChange::Rebuild | IndexChange::Invalidated | IndexChange::Nothing => None,
+    }
+}
+
+/// Resume points kept while their bans are under way (older ones are dropped first).
+const MAX_UNSAVED: usize = 256;
 
 /// Events in one batch at most.
 const MAX_BATCH: usize = 256;

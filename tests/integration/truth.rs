@@ -257,14 +257,14 @@ async fn changes_reach_every_musicd_by_pushed_eviction_on_a_redis_cluster() {
 }
 
 /// While evictions cannot arrive (Redis is down), a long in-process TTL falls back to a
-/// second; when the subscription is back, the in-process cache starts empty.
+/// second; when they are heard again, the in-process cache starts empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_evictions_in_process_answers_live_a_second_and_are_cleared_on_resubscribing() {
     let mut redis = Server::redis();
     let env = TestEnv::with(
         &redis.redis_url(),
         &shared_replica_set().uri(),
-        &[LONG_LOCAL, "mongodb.watch=off"],
+        &[LONG_LOCAL, LEASE],
     )
     .await;
     let (id, _) = env.track("a.mp3", b"before").await;
@@ -512,5 +512,20 @@ async fn signed_links_are_checked_on_every_request_and_share_one_cached_copy() {
         assert_eq!(status, StatusCode::FORBIDDEN, "{url}");
         assert_ne!(cache_of(&headers), "HIT", "{url}");
     }
+    // The same track asked in absolute form (musicd routes it by its path) is authorized
+    // too, not answered from the cache.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", varnish.port).parse().expect("addr");
+    let track = id.to_hex();
+    let answers = tokio::task::spawn_blocking(move || {
+        ["https", "http"].map(|scheme| {
+            let head = format!(
+                "GET {scheme}://cdn.invalid/musicdb/{track}/s.mp3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            );
+            crate::harness::raw::exchange(addr, head.as_bytes())[0].status
+        })
+    })
+    .await
+    .expect("raw client");
+    assert_eq!(answers, [403, 403], "absolute-form targets skip no check");
     server.shutdown().await;
 }

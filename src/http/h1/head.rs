@@ -262,6 +262,14 @@ pub fn parse_head(
         }
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
         Err(httparse::Error::Version) => {
+            // httparse judges the version before the line ends: wait for the whole line.
+            if !buf.contains(&b'\n') {
+                return if buf.len() > limits.max_uri_bytes + 32 {
+                    Err(HeadError::UriTooLong)
+                } else {
+                    Ok(None)
+                };
+            }
             return match request_line_version(buf) {
                 // RFC 9110 §2.5: a later 1.x minor is answered as the highest we speak.
                 Some((1, minor)) if minor > 1 => {
@@ -834,6 +842,8 @@ X-Request-Id: req-1\r\n\r\nGET /next",
             );
         }
         assert!(parse("GET http://[::1]:8080/x HTTP/1.1\r\nHost: h\r\n\r\n").is_ok());
+        // A later minor version split across reads is waited for, not refused.
+        assert!(matches!(parse("GET / HTTP/1.2"), Ok(None)));
     }
 
     #[test]
