@@ -18,9 +18,11 @@
 #   with no body, or musicd's own 403), and only on a 204 restarts into its cache. One
 #   track is cached once whatever signature asked for it (the hash leaves out `expires`,
 #   `kid` and `sig`), and an expired, tampered or unknown-key link, or an unsigned one
-#   when signing is required, is never answered from the cache. The cost: one small round
-#   trip to musicd per request (no lookup, no file: the signature check only). Without
-#   signing, remove the lines from `authorize: begin` to `authorize: end` to save it.
+#   when signing is required, is never answered from the cache. musicd's 204 is itself
+#   cached for that exact signed URL until the link expires (a minute at most), so a hit
+#   costs a second lookup, not a round trip; the first request of each signature pays one
+#   small round trip (no lookup, no file: the signature check only). Without signing,
+#   remove the lines from `authorize: begin` to `authorize: end` to save even that.
 vcl 4.1;
 
 backend musicd {
@@ -66,16 +68,24 @@ sub vcl_recv {
     unset req.http.Cookie;
     unset req.http.Authorization;
     # authorize: begin. musicd says whether this link may play before any cached copy does.
-    # Every cacheable request, whatever its route prefix (they are configurable).
+    # Every cacheable request, whatever its route prefix (they are configurable). musicd's
+    # 204 is kept for this exact URL, signature included, until the link expires (a
+    # minute at most); a refusal is never kept.
     if (req.restarts == 0) {
         set req.http.X-Musicd-Authorize = "1";
-        return (pass);
+        return (hash);
     }
     # authorize: end
     return (hash);
 }
 
 sub vcl_hash {
+    if (req.http.X-Musicd-Authorize) {
+        # An authorization is for this URL, signature and all.
+        hash_data("authorize");
+        hash_data(req.url);
+        return (lookup);
+    }
     # The link's signature is not part of the key: one copy per track, whatever signed it.
     set req.http.X-Musicd-Key = regsuball(req.url, "[?&](expires|kid|sig)=[^&]*", "");
     set req.http.X-Musicd-Key = regsub(req.http.X-Musicd-Key, "^([^?]*)&", "\1?");
@@ -92,6 +102,17 @@ sub vcl_hash {
 sub vcl_backend_response {
     # Kept on the object for bans, removed before delivery.
     set beresp.http.X-Musicd-Url = bereq.url;
+    if (bereq.http.X-Musicd-Authorize) {
+        # Never served stale: an authorization ends when its link does. (This sub returns
+        # before varnish's built-in one, so `no-store` is obeyed here.)
+        set beresp.grace = 0s;
+        set beresp.keep = 0s;
+        if (beresp.http.Cache-Control ~ "no-store" || beresp.ttl <= 0s) {
+            set beresp.ttl = 0s;
+            set beresp.uncacheable = true;
+            return (deliver);
+        }
+    }
     if (beresp.status >= 400) {
         # Not cached: a hit-for-miss for a moment, so concurrent misses still coalesce.
         set beresp.ttl = 1s;

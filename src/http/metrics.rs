@@ -11,8 +11,8 @@ use super::routes::Route;
 use crate::catalog::CacheOutcome;
 
 /// Status codes counted individually; anything else is `other`.
-const STATUSES: [u16; 13] = [
-    200, 206, 304, 400, 403, 404, 405, 412, 416, 500, 501, 503, 0,
+const STATUSES: [u16; 14] = [
+    200, 204, 206, 304, 400, 403, 404, 405, 412, 416, 500, 501, 503, 0,
 ];
 
 const OUTCOMES: [CacheOutcome; 5] = [

@@ -37,11 +37,12 @@ async fn resolve_and_serve(
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
     // Before any lookup: a refused link costs no Redis or MongoDB query.
-    if let Err(source) = state.access.signing.check(&oid, link, unix_now()) {
+    let now = unix_now();
+    if let Err(source) = state.access.signing.check(&oid, link, now) {
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
     }
     if request.authorize_only {
-        return (CacheOutcome::None, Ok(authorized()));
+        return (CacheOutcome::None, Ok(authorized(link, now)));
     }
     let resolution = match state.resolver.resolve(&oid).await {
         Ok(r) => r,
@@ -65,12 +66,30 @@ async fn resolve_and_serve(
     (resolution.outcome, served)
 }
 
+/// The longest a shared cache may reuse an authorization: a key removed from the
+/// configuration, or `signing.required` turned on, is obeyed within it.
+const AUTHORIZATION_TTL: u64 = 60;
+
 /// The answer to a shared cache's authorization probe for a link that may play: no body,
-/// and never stored (the cache asks again for every request).
-fn authorized() -> Answer {
+/// reusable by the cache for this exact URL until the link expires (to the second, a
+/// minute at most), so a hit costs varnish a lookup, not a round trip to musicd.
+fn authorized(link: &LinkParams, now: u64) -> Answer {
+    let left = link
+        .expires
+        .as_deref()
+        .and_then(|e| e.parse::<u64>().ok())
+        .map_or(AUTHORIZATION_TTL, |expires| expires.saturating_sub(now));
+    let lines = match left.min(AUTHORIZATION_TTL) {
+        0 => "Cache-Control: no-store\r\n".to_string(),
+        // The second now ending counts as spent: never reused past `expires`.
+        secs => format!(
+            "Cache-Control: max-age={}\r\n",
+            secs.saturating_sub(1).max(0)
+        ),
+    };
     Answer::new(
         axum::http::StatusCode::NO_CONTENT,
-        bytes::Bytes::from_static(b"Cache-Control: no-store\r\n"),
+        bytes::Bytes::from(lines),
         crate::http::answer::Payload::Empty,
     )
 }

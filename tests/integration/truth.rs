@@ -495,6 +495,46 @@ async fn signed_links_are_checked_on_every_request_and_share_one_cached_copy() {
     }
     eprintln!("{signatures} signatures for one track through varnish: {hits} hits");
     assert_eq!(hits, signatures - 1, "one copy for every signature");
+    // A signature asked again is authorized from varnish's own copy of musicd's 204.
+    let authorizations = "musicd_requests_total{route=\"track\",status=\"204\"}";
+    let asked = metric(&metrics(&server).await, authorizations).unwrap_or(0.0);
+    assert_eq!(asked, signatures as f64, "one authorization per signature");
+    let again = link(now + 600, "k1", &key.sign(&id, now + 600));
+    for _ in 0..3 {
+        assert_eq!(fetch_with(&again, &[]).await.0, StatusCode::OK);
+    }
+    assert_eq!(
+        metric(&metrics(&server).await, authorizations),
+        Some(asked),
+        "a repeated signature costs musicd nothing"
+    );
+    // An authorization is kept no longer than its link lives: one that expires in two
+    // seconds plays now and is refused once that time has passed, cached or not.
+    let soon = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 2;
+    let short = link(soon, "k1", &key.sign(&id, soon));
+    assert_eq!(fetch_with(&short, &[]).await.0, StatusCode::OK);
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        <= soon
+    {
+        assert_eq!(
+            fetch_with(&short, &[]).await.0,
+            StatusCode::OK,
+            "before it expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        fetch_with(&short, &[]).await.0,
+        StatusCode::FORBIDDEN,
+        "expired"
+    );
     // The track is cached; none of these may be answered from it.
     let expired = now - 10;
     let refused = [
