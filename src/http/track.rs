@@ -82,10 +82,7 @@ fn authorized(link: &LinkParams, now: u64) -> Answer {
     let lines = match left.min(AUTHORIZATION_TTL) {
         0 => "Cache-Control: no-store\r\n".to_string(),
         // The second now ending counts as spent: never reused past `expires`.
-        secs => format!(
-            "Cache-Control: max-age={}\r\n",
-            secs.saturating_sub(1).max(0)
-        ),
+        secs => format!("Cache-Control: max-age={}\r\n", secs.saturating_sub(1)),
     };
     Answer::new(
         axum::http::StatusCode::NO_CONTENT,
