@@ -171,6 +171,20 @@ async fn changes_reach_every_musicd_by_eviction(env: &TestEnv) {
         )
         .await;
     }
+    // One of them follows (changes made before anyone follows are covered by the first
+    // follower's rebuild and its "forget everything", not by per-id evictions).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut following = 0.0;
+        for server in [&a, &b] {
+            following += metric(&metrics(server).await, "musicd_watch_following").unwrap_or(0.0);
+        }
+        if following == 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nobody follows");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (moved_id, _) = env.track("m.mp3", b"before").await;
     let (deleted_id, _) = env.track("d.mp3", b"deleted").await;
     let inserted_id = ObjectId::new();
