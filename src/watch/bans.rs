@@ -348,22 +348,16 @@ impl Banner {
 
     /// Queues a ban of `id`'s URLs in every cache. Never waits.
     pub fn queue(&self, id: ObjectId) {
-        if self.caches.is_empty() {
-            return;
-        }
-        let _order = self.order();
-        let queued = (
-            self.queued.fetch_add(1, Ordering::AcqRel) + 1,
-            Instant::now(),
-        );
-        for cache in &self.caches {
-            cache.pending().add(id, queued);
-            cache.wake.notify_one();
-        }
+        self.queue_with(|pending, queued| pending.add(id, queued));
     }
 
     /// Queues a ban of every track URL (after a rebuild: anything may have changed).
     pub fn queue_everything(&self) {
+        self.queue_with(Pending::replace_with_everything);
+    }
+
+    /// Gives the next sequence number to `add` in every cache's queue, and wakes them.
+    fn queue_with(&self, add: impl Fn(&mut Pending, Queued)) {
         if self.caches.is_empty() {
             return;
         }
@@ -373,7 +367,7 @@ impl Banner {
             Instant::now(),
         );
         for cache in &self.caches {
-            cache.pending().replace_with_everything(queued);
+            add(&mut cache.pending(), queued);
             cache.wake.notify_one();
         }
     }

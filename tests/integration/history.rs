@@ -148,6 +148,9 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
     let recent = Arc::new(Mutex::new(0usize));
     let done = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(Mutex::new(Vec::new()));
+    // When the last change was committed, and which layers were asked after it.
+    let ended: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let asked_after: Arc<[AtomicBool; 3]> = Arc::default();
 
     let mut players = Vec::new();
     for player in 0..6usize {
@@ -157,6 +160,7 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
             Arc::clone(&done),
             Arc::clone(&errors),
         );
+        let (ended, asked_after) = (Arc::clone(&ended), Arc::clone(&asked_after));
         players.push(tokio::spawn(async move {
             let http = client();
             let mut answers = Vec::new();
@@ -187,6 +191,9 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
                         continue;
                     }
                 };
+                if ended.lock().expect("ended").is_some_and(|end| sent > end) {
+                    asked_after[layer].store(true, Ordering::Relaxed);
+                }
                 answers.push(Answer {
                     layer,
                     id,
@@ -244,8 +251,20 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
         });
         *recent.lock().expect("recent") = t;
     }
-    // The players keep asking a moment after the last change, so it is seen too.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The players keep asking until every layer was asked after the last change, so it
+    // is seen too.
+    *ended.lock().expect("ended") = Some(Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !asked_after
+        .iter()
+        .all(|asked| asked.load(Ordering::Relaxed))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a layer was never asked after the last change"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     done.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for player in players {
