@@ -449,6 +449,26 @@ pub fn render_evictions(out: &mut String, status: &crate::catalog::evictions::Ev
     );
 }
 
+/// The access log's series (`super::access_log`): lines written, and lines lost to a sink
+/// that failed or did not keep up.
+pub fn render_access_log(out: &mut String, log: &super::access_log::AccessLog) {
+    let (written, dropped) = log.lines();
+    single(
+        out,
+        "musicd_access_log_lines_total",
+        "counter",
+        "Access-log lines written to the sink.",
+        written,
+    );
+    single(
+        out,
+        "musicd_access_log_dropped_lines_total",
+        "counter",
+        "Access-log lines dropped because the sink failed or did not keep up (requests were served).",
+        dropped,
+    );
+}
+
 /// A metric family's `# HELP` and `# TYPE` lines.
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");

@@ -125,6 +125,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     super::metrics::render_file_checks(&mut text, &state.files.cache);
     super::metrics::render_watch(&mut text, &state.watch);
     super::metrics::render_evictions(&mut text, &state.evictions);
+    if let Some(log) = &state.access_log {
+        super::metrics::render_access_log(&mut text, log);
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -422,7 +422,7 @@ pub async fn serve(
     }
     // Every exchange that finished has its line.
     if let Some(log) = &log {
-        log.flush();
+        log.flush_and_settle(grace.max(Duration::from_secs(1)));
     }
     Ok(())
 }

@@ -361,3 +361,109 @@ fn metric_names(expr: &str) -> Vec<String> {
     }
     names
 }
+
+/// Polls `/metrics` until `series` reaches `at_least`, for at most 15 s; its last value.
+async fn metric_reaches(base: &str, series: &str, at_least: f64) -> f64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let text = crate::harness::get_text(&format!("{base}/metrics")).await;
+        let value = crate::harness::metric(&text, series).unwrap_or(-1.0);
+        if value >= at_least || std::time::Instant::now() > deadline {
+            return value;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A sink that fails every write (`/dev/full`, a full disk): every request is still served,
+/// every lost line is counted in `/metrics`, and the application log says so once, not
+/// once a batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_that_cannot_be_written_costs_lines_not_requests() {
+    let env = TestEnv::shared_with(&[]).await;
+    let (id, _) = env.track("full.mp3", &pattern(3000, 4)).await;
+    let daemon = crate::harness::daemon::Daemon::start_with(
+        &env,
+        &["access_log.path=/dev/full", "access_log.format=combined"],
+    )
+    .await;
+    let url = format!("{}/musicdb/{}/full.mp3", daemon.base, id.to_hex());
+    for round in 1..=2 {
+        for _ in 0..40 {
+            assert_eq!(http_get(&url).await.status(), 200);
+        }
+        let dropped = metric_reaches(
+            &daemon.base,
+            "musicd_access_log_dropped_lines_total",
+            f64::from(40 * round),
+        )
+        .await;
+        // The /metrics requests themselves are lines too.
+        assert!(
+            dropped >= f64::from(40 * round),
+            "round {round}: {dropped} dropped"
+        );
+    }
+    let text = crate::harness::get_text(&format!("{}/metrics", daemon.base)).await;
+    assert_eq!(
+        crate::harness::metric(&text, "musicd_access_log_lines_total"),
+        Some(0.0)
+    );
+    let log = daemon.log_text();
+    assert_eq!(
+        log.matches("access log lines are being dropped").count(),
+        1,
+        "said once, not per batch:\n{log}"
+    );
+}
+
+/// A sink that blocks (a pipe nobody reads): the event loops never wait on it. Requests
+/// are served, lines past what the writer can hold (4 MiB) are dropped and counted, and a
+/// graceful stop still ends promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_pipe_nobody_reads_never_stalls_serving() {
+    let env = TestEnv::shared_with(&[]).await;
+    let (id, _) = env.track("pipe.mp3", &pattern(2000, 5)).await;
+    let fifo = env.dir.path().join("access.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo(3) on a NUL-terminated path we own; no memory is shared.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0, "mkfifo");
+    // SAFETY: open(2) on the same path.
+    let reader = unsafe { libc::open(c_path.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK) };
+    assert!(reader >= 0, "fifo read end");
+    let set_path = format!("access_log.path={}", fifo.display());
+    let mut daemon = crate::harness::daemon::Daemon::start_with(
+        &env,
+        &[&set_path, "access_log.format=combined"],
+    )
+    .await;
+    // Lines of about 6 KiB: 1,500 of them are twice what the pipe and the queue hold.
+    let agent = "a".repeat(6000);
+    let url = format!("{}/musicdb/{}/pipe.mp3", daemon.base, id.to_hex());
+    let client = crate::harness::client();
+    for i in 0..1500 {
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            client.get(&url).header("user-agent", &agent).send(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("request {i} waited on the log"))
+        .expect("served");
+        assert_eq!(response.status(), 200, "request {i}");
+        response.bytes().await.expect("body");
+    }
+    let dropped = metric_reaches(&daemon.base, "musicd_access_log_dropped_lines_total", 1.0).await;
+    assert!(
+        dropped >= 1.0,
+        "lines past the queue are counted: {dropped}"
+    );
+    daemon.signal(libc::SIGTERM);
+    let stopped = daemon.wait(std::time::Duration::from_secs(20));
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "a blocked log does not hold the stop up: {stopped:?}\n{}",
+        daemon.log_text()
+    );
+    // SAFETY: closing the fd this test opened.
+    unsafe { libc::close(reader) };
+}

@@ -23,8 +23,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::time::{Duration, Instant};
 
 use self::format::Entry;
@@ -42,16 +42,82 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Writes larger than this to a pipe may be split by the kernel between writers.
 const PIPE_BUF: usize = 4096;
 
+/// At a stop, how long the writer may go without finishing a batch before its remaining
+/// lines are given up.
+const STALLED: Duration = Duration::from_secs(1);
+
+/// Batches waiting for the writer thread. At 64 KiB a batch this bounds what a stuck sink
+/// can hold in memory to 4 MiB; past it, batches are dropped and counted.
+const QUEUE_BATCHES: usize = 64;
+
 /// The process's access log: format and sink, shared by every event loop.
+///
+/// Event loops never write to the sink themselves: they hand whole batches to one writer
+/// thread through a bounded queue. A sink that blocks (a pipe nobody reads, a stuck NFS
+/// mount) or fails (`/dev/full`, a full disk) then costs lines, counted in `/metrics` as
+/// `musicd_access_log_dropped_lines_total` and said once in the application log, but
+/// never a request: serving comes before logging.
 pub struct AccessLog {
     format: AccessLogFormat,
     path: Option<PathBuf>,
+    sink: Arc<Sink>,
+    queue: mpsc::SyncSender<Vec<u8>>,
+}
+
+/// What the writer thread writes to, and what it lost.
+struct Sink {
     /// The open file; `None`: stderr.
     file: RwLock<Option<File>>,
     /// Whether the sink keeps large writes whole (a regular file).
     regular: bool,
-    /// Failed writes, for a warning that does not repeat every second.
-    failures: AtomicU64,
+    written_lines: AtomicU64,
+    dropped_lines: AtomicU64,
+    /// Batches handed to the writer, and batches it is done with: equal when it is idle.
+    queued_batches: AtomicU64,
+    done_batches: AtomicU64,
+    /// Whether lines are being lost now: the warning is logged when this turns true, and
+    /// the recovery when it turns false, not once per batch.
+    losing: AtomicBool,
+}
+
+impl Sink {
+    fn lost(&self, batch: &[u8], why: &dyn std::fmt::Display) {
+        let lines = line_count(batch);
+        let before = self.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+        if !self.losing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                error = %why,
+                dropped_before = before,
+                "access log lines are being dropped (counted in musicd_access_log_dropped_lines_total); serving goes on"
+            );
+        }
+    }
+
+    fn write(&self, batch: &[u8]) {
+        let file = self.file.read().unwrap_or_else(|p| p.into_inner());
+        let result = match &*file {
+            Some(file) => write_lines(&mut &*file, batch, self.regular),
+            None => write_lines(&mut io::stderr().lock(), batch, self.regular),
+        };
+        drop(file);
+        match result {
+            Ok(()) => {
+                self.written_lines
+                    .fetch_add(line_count(batch), Ordering::Relaxed);
+                if self.losing.swap(false, Ordering::Relaxed) {
+                    tracing::info!(
+                        dropped = self.dropped_lines.load(Ordering::Relaxed),
+                        "access log written again"
+                    );
+                }
+            }
+            Err(err) => self.lost(batch, &err),
+        }
+    }
+}
+
+fn line_count(batch: &[u8]) -> u64 {
+    batch.iter().filter(|b| **b == b'\n').count() as u64
 }
 
 impl AccessLog {
@@ -73,12 +139,33 @@ impl AccessLog {
                 (None, regular)
             }
         };
+        let sink = Arc::new(Sink {
+            file: RwLock::new(file),
+            regular,
+            written_lines: AtomicU64::new(0),
+            dropped_lines: AtomicU64::new(0),
+            queued_batches: AtomicU64::new(0),
+            done_batches: AtomicU64::new(0),
+            losing: AtomicBool::new(false),
+        });
+        let (queue, batches) = mpsc::sync_channel::<Vec<u8>>(QUEUE_BATCHES);
+        {
+            let sink = Arc::clone(&sink);
+            // Detached: it ends when the last `AccessLog` is dropped, or with the process.
+            std::thread::Builder::new()
+                .name("musicd-access-log".into())
+                .spawn(move || {
+                    for batch in batches {
+                        sink.write(&batch);
+                        sink.done_batches.fetch_add(1, Ordering::Release);
+                    }
+                })?;
+        }
         Ok(Some(Arc::new(AccessLog {
             format: config.format,
             path: config.path.clone(),
-            file: RwLock::new(file),
-            regular,
-            failures: AtomicU64::new(0),
+            sink,
+            queue,
         })))
     }
 
@@ -89,24 +176,54 @@ impl AccessLog {
             return Ok(());
         };
         let file = open_append(path)?;
-        *self.file.write().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        *self.sink.file.write().unwrap_or_else(|p| p.into_inner()) = Some(file);
         Ok(())
     }
 
-    fn write_batch(&self, batch: &[u8]) {
-        let file = self.file.read().unwrap_or_else(|p| p.into_inner());
-        let result = match &*file {
-            Some(file) => write_lines(&mut &*file, batch, self.regular),
-            None => write_lines(&mut io::stderr().lock(), batch, self.regular),
-        };
-        if let Err(err) = result
-            && self
-                .failures
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(60)
-        {
-            tracing::warn!(error = %err, "access log write failed; lines lost");
+    /// Lines written to the sink, and lines dropped (the sink failed or did not keep up).
+    pub fn lines(&self) -> (u64, u64) {
+        (
+            self.sink.written_lines.load(Ordering::Relaxed),
+            self.sink.dropped_lines.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Waits until every batch handed over so far is written (or dropped): a graceful stop
+    /// loses no line. It waits at most `patience`, and gives up sooner when the writer
+    /// makes no progress for [`STALLED`]: a stuck sink will not take those lines anyway,
+    /// and must not hold the stop up.
+    pub fn settle(&self, patience: Duration) {
+        let target = self.sink.queued_batches.load(Ordering::Acquire);
+        let deadline = Instant::now() + patience;
+        let mut done = self.sink.done_batches.load(Ordering::Acquire);
+        let mut progressed = Instant::now();
+        while done < target {
+            let now = Instant::now();
+            if now >= deadline || now.duration_since(progressed) >= STALLED {
+                tracing::warn!(
+                    batches = target - done,
+                    "access log writer blocked at stop; its last lines are lost"
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            let now_done = self.sink.done_batches.load(Ordering::Acquire);
+            if now_done > done {
+                done = now_done;
+                progressed = Instant::now();
+            }
         }
+    }
+
+    fn write_batch(&self, batch: Vec<u8>) {
+        self.sink.queued_batches.fetch_add(1, Ordering::AcqRel);
+        let refused = match self.queue.try_send(batch) {
+            Ok(()) => return,
+            Err(mpsc::TrySendError::Full(batch)) => (batch, "the sink is not keeping up"),
+            Err(mpsc::TrySendError::Disconnected(batch)) => (batch, "the writer stopped"),
+        };
+        self.sink.done_batches.fetch_add(1, Ordering::Release);
+        self.sink.lost(&refused.0, &refused.1);
     }
 }
 
@@ -162,11 +279,17 @@ impl LogBuffer {
                 .then(|| std::mem::replace(&mut *lines, Vec::with_capacity(FLUSH_BYTES + 4096)))
         };
         if let Some(batch) = full {
-            self.log.write_batch(&batch);
+            self.log.write_batch(batch);
         }
     }
 
-    /// Writes out what is buffered.
+    /// Writes out what is buffered and waits, at most `patience`, until it is written.
+    pub fn flush_and_settle(&self, patience: Duration) {
+        self.flush();
+        self.log.settle(patience);
+    }
+
+    /// Hands what is buffered to the writer.
     pub fn flush(&self) {
         let batch = {
             let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,7 +298,7 @@ impl LogBuffer {
             }
             std::mem::take(&mut *lines)
         };
-        self.log.write_batch(&batch);
+        self.log.write_batch(batch);
     }
 
     /// Flushes every [`FLUSH_INTERVAL`] until dropped elsewhere (the task ends with its
