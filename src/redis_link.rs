@@ -24,15 +24,34 @@ pub enum LinkError {
     /// The URL could not be used.
     #[error("invalid redis url: {0}")]
     Url(#[source] redis::RedisError),
-    /// The link is down and not due for a reconnect attempt yet.
-    #[error("redis is unreachable (reconnecting)")]
-    Down,
-    /// The command did not answer within the configured timeout.
-    #[error("redis did not answer within {0:?}")]
+    /// The link is down and not due for a reconnect attempt yet; `last` says why it went
+    /// down, `hung` whether that was a timeout rather than a refusal.
+    #[error("redis is unreachable (reconnecting; last: {last})")]
+    Down {
+        /// Why the link went down.
+        last: String,
+        /// Whether it went down by a timeout.
+        hung: bool,
+    },
+    /// The command did not answer within the configured timeout: the server accepts but
+    /// hangs (stopped, overloaded), or packets to it vanish (a partition).
+    #[error("redis hangs: no answer within {0:?}")]
     Timeout(Duration),
     /// Redis answered with an error, or the connection broke.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+impl LinkError {
+    /// Whether Redis hangs (accepts, or at least does not refuse, and never answers) rather
+    /// than refusing: what `/readyz` and `musicctl health` tell an operator.
+    pub fn is_hang(&self) -> bool {
+        match self {
+            LinkError::Timeout(_) | LinkError::Down { hung: true, .. } => true,
+            LinkError::Redis(err) => err.is_timeout(),
+            _ => false,
+        }
+    }
 }
 
 /// Where Redis is: configuration, defined with the rest of it.
@@ -95,6 +114,8 @@ pub struct RedisLink {
     next_attempt: std::sync::Mutex<Instant>,
     /// Last known state, for logging transitions once.
     up: AtomicBool,
+    /// Why the link last went down, and whether by a timeout.
+    last_failure: std::sync::Mutex<(String, bool)>,
     /// Commands that failed (for metrics).
     errors: AtomicU64,
 }
@@ -122,6 +143,7 @@ impl RedisLink {
             reconnecting: tokio::sync::Mutex::new(()),
             next_attempt: std::sync::Mutex::new(Instant::now()),
             up: AtomicBool::new(true),
+            last_failure: std::sync::Mutex::new((String::new(), false)),
             errors: AtomicU64::new(0),
         })
     }
@@ -162,12 +184,12 @@ impl RedisLink {
             }
             Ok(Err(err)) => {
                 if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
-                    self.drop_connection(&err.to_string());
+                    self.drop_connection(&err.to_string(), err.is_timeout());
                 }
                 Err(LinkError::Redis(err))
             }
             Err(_) => {
-                self.drop_connection("command timed out");
+                self.drop_connection(&format!("no answer within {:?}", self.timeout), true);
                 Err(LinkError::Timeout(self.timeout))
             }
         }
@@ -178,7 +200,7 @@ impl RedisLink {
             return Ok(conn);
         }
         let Ok(_guard) = self.reconnecting.try_lock() else {
-            return Err(LinkError::Down);
+            return Err(self.down());
         };
         if let Some(conn) = self.current() {
             return Ok(conn);
@@ -186,7 +208,7 @@ impl RedisLink {
         {
             let next = self.next_attempt.lock().unwrap_or_else(|p| p.into_inner());
             if Instant::now() < *next {
-                return Err(LinkError::Down);
+                return Err(self.down());
             }
         }
         let attempt = async {
@@ -213,12 +235,15 @@ impl RedisLink {
             }
             Ok(Err(err)) => {
                 self.schedule_retry();
-                self.mark_down(&err.to_string());
+                self.mark_down(&err.to_string(), err.is_timeout());
                 Err(LinkError::Redis(err))
             }
             Err(_) => {
                 self.schedule_retry();
-                self.mark_down("connect timed out");
+                self.mark_down(
+                    &format!("connecting got no answer within {:?}", self.timeout),
+                    true,
+                );
                 Err(LinkError::Timeout(self.timeout))
             }
         }
@@ -236,10 +261,19 @@ impl RedisLink {
             Instant::now() + RECONNECT_INTERVAL;
     }
 
-    fn drop_connection(&self, why: &str) {
+    fn drop_connection(&self, why: &str, hung: bool) {
         *self.connection.write().unwrap_or_else(|p| p.into_inner()) = None;
         self.schedule_retry();
-        self.mark_down(why);
+        self.mark_down(why, hung);
+    }
+
+    fn down(&self) -> LinkError {
+        let (last, hung) = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        LinkError::Down { last, hung }
     }
 
     fn mark_up(&self) {
@@ -248,7 +282,8 @@ impl RedisLink {
         }
     }
 
-    fn mark_down(&self, why: &str) {
+    fn mark_down(&self, why: &str, hung: bool) {
+        *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) = (why.to_string(), hung);
         if self.up.swap(false, Ordering::Relaxed) {
             tracing::warn!(
                 reason = why,
@@ -266,7 +301,10 @@ pub async fn masters(target: &RedisTarget, timeout: Duration) -> Result<Vec<Stri
         RedisTarget::Single(url) => return Ok(vec![url.clone()]),
         RedisTarget::Cluster(seeds) => seeds,
     };
-    let mut last_error = LinkError::Down;
+    let mut last_error = LinkError::Down {
+        last: "no seed node tried".into(),
+        hung: false,
+    };
     for seed in seeds {
         let nodes = async {
             let mut conn = connect_node(seed, timeout).await?;

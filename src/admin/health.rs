@@ -219,7 +219,7 @@ async fn check_redis(backends: &Backends) -> Check {
             // musicd serves from MongoDB without Redis: slower, not broken.
             state: Verdict::Degraded,
             latency_ms: None,
-            detail: err.to_string(),
+            detail: failure_detail(err.is_hang(), &err),
         },
     }
 }
@@ -233,7 +233,7 @@ async fn check_mongodb(backends: &Backends) -> Check {
                 name: "mongodb".into(),
                 state: Verdict::Down,
                 latency_ms: None,
-                detail: err.to_string(),
+                detail: failure_detail(err.is_hang(), &err),
             };
         }
     };
@@ -277,7 +277,7 @@ fn check_daemon(listen: SocketAddr) -> Check {
                     Verdict::Ok
                 },
                 latency_ms: Some(ms(started.elapsed())),
-                detail: format!("{listen} /readyz 200"),
+                detail: format!("{listen} /readyz 200{}", backends_seen(&body)),
             }
         }
         Ok((code, body)) => Check {
@@ -319,6 +319,36 @@ fn check_media(backends: &Backends) -> Check {
         state,
         latency_ms: None,
         detail,
+    }
+}
+
+/// A backend's failure, led by `hung:` when it timed out: a hung server (or a partition)
+/// and a refusing one call for different fixes.
+fn failure_detail(hung: bool, err: &dyn std::fmt::Display) -> String {
+    if hung {
+        format!("hung: {err}")
+    } else {
+        err.to_string()
+    }
+}
+
+/// What the daemon's `/readyz` says of backends that are not up, e.g. ` (redis hung)`: the
+/// daemon's own view, which can differ from musicctl's (another network path).
+fn backends_seen(readyz: &str) -> String {
+    let Ok(body) = serde_json::from_str::<serde_json::Value>(readyz) else {
+        return String::new();
+    };
+    let troubled: Vec<String> = ["redis", "mongodb"]
+        .iter()
+        .filter_map(|name| {
+            let state = body[name]["state"].as_str()?;
+            (state != "up").then(|| format!("{name} {state}"))
+        })
+        .collect();
+    if troubled.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", troubled.join(", "))
     }
 }
 

@@ -30,8 +30,19 @@ pub enum StoreError {
     /// No answer within the configured timeout (a hung server, or packets lost on a
     /// connection already open: the driver's own timeouts bound selecting a server and
     /// connecting, not a query on a pooled connection).
-    #[error("mongodb did not answer within {0:?}")]
+    #[error("mongodb hangs: no answer within {0:?}")]
     Timeout(Duration),
+    /// Too many lookups already wait on MongoDB (it hangs, or cannot keep up).
+    #[error("mongodb busy: {0} lookups already waiting")]
+    Busy(usize),
+}
+
+impl StoreError {
+    /// Whether MongoDB hangs (no answer within the timeout) rather than refusing or
+    /// failing: what `/readyz` and `musicctl health` tell an operator.
+    pub fn is_hang(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Busy(_))
+    }
 }
 
 /// What a document says about its file.
@@ -53,6 +64,27 @@ pub struct TrackStore {
     timeout: Duration,
     /// Whether the last lookup timed out, to log the transitions once each.
     timing_out: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Lookups waiting on MongoDB now: bounded, so a hung server cannot gather requests.
+    waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Lookups that may wait on MongoDB at once while it answers: past this, a request gets
+/// 503 at once rather than queueing behind the driver's pool.
+const MAX_WAITING: usize = 1024;
+
+/// The same while the last lookup timed out (MongoDB hangs, or a partition): a few
+/// lookups keep probing it, and the first answer lifts the bound back to [`MAX_WAITING`].
+/// Without it, every uncached id asked during a hang holds a connection and its memory for
+/// the whole timeout.
+const WAITING_WHILE_HUNG: usize = 8;
+
+/// A lookup's place among the waiting; given back on drop.
+struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl TrackStore {
@@ -74,6 +106,7 @@ impl TrackStore {
             path_field: config.path_field.clone(),
             timeout: config.timeout,
             timing_out: std::sync::Arc::default(),
+            waiting: std::sync::Arc::default(),
         })
     }
 
@@ -95,6 +128,7 @@ impl TrackStore {
     /// Looks a track up by id; `None` when no document has this id. Bounded by the
     /// configured timeout whatever the state of the connection.
     pub async fn find_path(&self, id: &ObjectId) -> Result<Option<StoredPath>, StoreError> {
+        let _waiting = self.wait_turn()?;
         let query = self
             .collection
             .find_one(doc! { "_id": id })
@@ -123,6 +157,27 @@ impl TrackStore {
             }
         };
         Ok(found.map(|document| stored_path(&document, &self.path_field)))
+    }
+
+    /// Takes a place among the lookups waiting on MongoDB, or says it is busy.
+    fn wait_turn(&self) -> Result<Waiting, StoreError> {
+        use std::sync::atomic::Ordering;
+        let bound = if self.timing_out.load(Ordering::Relaxed) {
+            WAITING_WHILE_HUNG
+        } else {
+            MAX_WAITING
+        };
+        let before = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let turn = Waiting(std::sync::Arc::clone(&self.waiting));
+        if before >= bound {
+            return Err(StoreError::Busy(before));
+        }
+        Ok(turn)
+    }
+
+    /// Lookups waiting on MongoDB now (for `/metrics`).
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Round-trip time of a `ping` to the database, bounded by the configured timeout.

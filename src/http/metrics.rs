@@ -449,6 +449,17 @@ pub fn render_evictions(out: &mut String, status: &crate::catalog::evictions::Ev
     );
 }
 
+/// Lookups waiting on MongoDB: at most 1,024, and at most 8 while it hangs.
+pub fn render_mongodb_waiting(out: &mut String, waiting: usize) {
+    single(
+        out,
+        "musicd_mongodb_waiting",
+        "gauge",
+        "Lookups waiting on MongoDB now (bounded: 1024, or 8 while it times out).",
+        waiting,
+    );
+}
+
 /// The access log's series (`super::access_log`): lines written, and lines lost to a sink
 /// that failed or did not keep up.
 pub fn render_access_log(out: &mut String, log: &super::access_log::AccessLog) {

@@ -53,9 +53,19 @@ fn healthz_body(state: &AppState) -> Bytes {
 #[derive(Debug, Clone)]
 pub struct Readiness {
     /// Redis round trip, or why it failed.
-    pub redis: Result<Duration, String>,
+    pub redis: Result<Duration, Failure>,
     /// MongoDB round trip, or why it failed.
-    pub mongodb: Result<Duration, String>,
+    pub mongodb: Result<Duration, Failure>,
+}
+
+/// Why a backend did not answer a probe.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// No answer within the timeout (a stopped or overloaded server, or a partition),
+    /// rather than a refusal or an error: the two call for different fixes.
+    pub hung: bool,
+    /// What the client said.
+    pub error: String,
 }
 
 impl Readiness {
@@ -88,8 +98,14 @@ pub async fn readiness(state: &AppState) -> Readiness {
     let mongodb = state.resolver.store().ping();
     let (redis, mongodb) = tokio::join!(redis, mongodb);
     Readiness {
-        redis: redis.map_err(|e| e.to_string()),
-        mongodb: mongodb.map_err(|e| e.to_string()),
+        redis: redis.map_err(|e| Failure {
+            hung: e.is_hang(),
+            error: e.to_string(),
+        }),
+        mongodb: mongodb.map_err(|e| Failure {
+            hung: e.is_hang(),
+            error: e.to_string(),
+        }),
     }
 }
 
@@ -108,10 +124,17 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     (code, Json(body)).into_response()
 }
 
-fn check(result: &Result<Duration, String>) -> serde_json::Value {
+/// One backend's part of `/readyz`: `state` is `up`, `hung` or `down`.
+fn check(result: &Result<Duration, Failure>) -> serde_json::Value {
     match result {
-        Ok(latency) => json!({ "ok": true, "latency_ms": latency.as_secs_f64() * 1000.0 }),
-        Err(error) => json!({ "ok": false, "error": error }),
+        Ok(latency) => {
+            json!({ "ok": true, "state": "up", "latency_ms": latency.as_secs_f64() * 1000.0 })
+        }
+        Err(failure) => json!({
+            "ok": false,
+            "state": if failure.hung { "hung" } else { "down" },
+            "error": failure.error,
+        }),
     }
 }
 
@@ -125,6 +148,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     super::metrics::render_file_checks(&mut text, &state.files.cache);
     super::metrics::render_watch(&mut text, &state.watch);
     super::metrics::render_evictions(&mut text, &state.evictions);
+    super::metrics::render_mongodb_waiting(&mut text, state.resolver.store().waiting());
     if let Some(log) = &state.access_log {
         super::metrics::render_access_log(&mut text, log);
     }
