@@ -348,8 +348,12 @@ impl Follower {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(ttl / 3).await;
+            // Redis starts the new term when the renewal arrives, which is after it was
+            // sent: counting from the send keeps this process's idea of its term inside
+            // Redis's, so it never follows on past the moment a successor may start.
+            let asked = Instant::now();
             match lease.renew().await {
-                Ok(true) => renewed = Instant::now(),
+                Ok(true) => renewed = asked,
                 Ok(false) => return Stopped::LeaseLost,
                 // Past the lease, a successor may already follow.
                 Err(_) if renewed.elapsed() >= ttl => return Stopped::LeaseLost,

@@ -35,8 +35,22 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
         .expect("chunk")
         .map_or(0, |c| c.len());
     daemon.signal(libc::SIGTERM);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    // Stopped accepting: a new connection is refused while the old one drains.
+    // Stopped accepting: a new connection is refused while the old one drains. Every event
+    // loop drops its copy of the listener as it hears the stop: wait for the last one.
+    let port: u16 = daemon
+        .base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let asked = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "still accepting 10 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let refused = reqwest::Client::new()
         .get(format!("{}/healthz", daemon.base))
         .timeout(Duration::from_secs(2))

@@ -25,10 +25,21 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
     let url = format!("{}/musicdb/{}/a.mp3", daemon.base_url(), id.to_hex());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let load = tokio::spawn(hammer(url.clone(), bytes.clone(), 2000, 4, stop.clone()));
+    // Runs until told to stop, so it overlaps every kill whatever the machine's speed.
+    let load = tokio::spawn(hammer(
+        url.clone(),
+        bytes.clone(),
+        u64::MAX,
+        4,
+        stop.clone(),
+    ));
     let mut comebacks = Vec::new();
+    let mut running_since = Instant::now();
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Up past min_uptime (1 s; its start was before we saw it running), so the
+        // supervisor's backoff starts again from 100 ms rather than doubling per kill.
+        tokio::time::sleep_until((running_since + Duration::from_millis(1100)).into()).await;
+        assert!(!load.is_finished(), "the load stopped before the kill");
         let old = daemon.worker_pid().expect("worker");
         let killed_at = Instant::now();
         signal(old, libc::SIGKILL);
@@ -42,10 +53,12 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
             "no new worker within 1 s: {}",
             daemon.state()
         );
+        running_since = Instant::now();
         let response = http_get(&url).await;
         assert_eq!(response.status(), StatusCode::OK);
         comebacks.push(killed_at.elapsed());
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let report = load.await.expect("load");
     eprintln!("kill -9 x3 under load: {report:?}; back after {comebacks:?}");
     assert_eq!(
@@ -55,7 +68,7 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
     );
     assert_eq!(report.failed, 0, "failed requests: {:?}", report.samples);
     assert_eq!(report.ok, report.sent);
-    assert!(report.sent >= 1000, "the load ran throughout: {report:?}");
+    assert!(report.sent >= 100, "the load ran throughout: {report:?}");
     let state = daemon.state();
     assert_eq!(state["restarts"], 3);
     assert!(
@@ -168,10 +181,14 @@ async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_th
     assert_eq!(report.ok, 2000);
     let status = String::from_utf8_lossy(&daemon.ctl("status").stdout).into_owned();
     assert!(status.contains("last reload:  refused"), "{status}");
-    assert!(
-        !alive(first) && !alive(second),
-        "replaced workers drained and exited"
-    );
+    let draining = Instant::now();
+    while alive(first) || alive(second) {
+        assert!(
+            draining.elapsed() < Duration::from_secs(10),
+            "replaced workers drained and exited"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,7 +262,21 @@ async fn sigusr1_reopens_the_log_file_after_rotation() {
     let rotated = log.with_extension("log.1");
     std::fs::rename(&log, &rotated).expect("rotate");
     signal(daemon.supervisor_pid(), libc::SIGUSR1);
-    std::thread::sleep(Duration::from_millis(300));
+    // The supervisor reopens, then passes the signal on: wait for the worker's line (its
+    // target is `musicd::daemon`, the supervisor's `musicd::daemon::supervisor`), so the
+    // access line below cannot land in the rotated file.
+    let reopening = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("musicd::daemon: SIGUSR1")
+    {
+        assert!(
+            reopening.elapsed() < Duration::from_secs(10),
+            "the worker never reopened: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let response = http_get(format!("{}/healthz", daemon.base_url())).await;
     assert_eq!(response.status(), StatusCode::OK);
     // The access line (on stderr, so in this file) is written within its second.

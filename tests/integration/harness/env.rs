@@ -189,6 +189,20 @@ impl TestEnv {
         format!("{}{}", self.config.redis.prefix, id.to_hex())
     }
 
+    /// Raw Redis value of any key.
+    pub async fn redis_get(&self, key: &str) -> Option<Vec<u8>> {
+        let mut conn = self
+            .redis
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis connection");
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("redis GET")
+    }
+
     /// Raw Redis value of an id's key.
     pub async fn cached(&self, id: &ObjectId) -> Option<Vec<u8>> {
         let mut conn = self
