@@ -19,7 +19,19 @@
 //! primary); a change applied after it revokes the lease. So a fill never replaces a path
 //! the follower wrote later, and never re-creates a negative entry after an insert.
 //!
-//! Why leases and not versioned writes (comparing MongoDB cluster times in a script): the
+//! ## Nor can a follower that was cut off
+//!
+//! A follower cut off from Redis in the middle of a write has sent it: TCP keeps the
+//! bytes and retransmits them, and when the network heals, Redis runs the command, after
+//! the successor that took the lease meanwhile has written newer paths (seen in
+//! `tests/integration/fleet.rs`: an entry went back to an older path half a second after
+//! the heal). So the follower's writes are versioned: each carries its change's cluster
+//! time (exact for a change event, unlike a plain read's), and a version key beside the
+//! entry ([`version_key`]) keeps the newest one written. The script refuses a write older
+//! than it. The version key outlives the longest a write can wait in TCP ([`VERSION_TTL`],
+//! longer than Linux's `tcp_retries2` ≈ 924 s), so memory holds only recent changes.
+//!
+//! Why leases and not versioned writes for fills (comparing MongoDB cluster times in a script): the
 //! version of a plain read is not exact (a `local` read reports the node's last applied
 //! time, which can be later than what it read), the entry's value would have to carry its
 //! version (operators read it with `redis-cli GET`), and the lease costs one `SET` per
@@ -220,31 +232,46 @@ impl TrackCache {
         Ok(written == 1)
     }
 
-    /// Applies one of the follower's writes: revokes any fill lease on the entry, writes it,
-    /// and publishes its eviction to every musicd ([`super::evictions`]). Every write of the follower goes through here, so none can be undone by a
-    /// fill that read MongoDB before it.
-    pub async fn apply(&self, id: &ObjectId, entry: FollowerWrite<'_>) -> Result<(), CacheError> {
+    /// Applies one of the follower's writes, made by the change of cluster time `version`
+    /// (16 hex digits, [`change_version`]): refused when a newer change was written
+    /// already; else revokes any fill lease on the entry, writes it, and publishes its
+    /// eviction to every musicd ([`super::evictions`]). Every write of the follower goes
+    /// through here, so none can be undone by a fill that read MongoDB before it, nor by
+    /// an older write of a follower that was cut off. Whether it was written.
+    pub async fn apply(
+        &self,
+        id: &ObjectId,
+        entry: FollowerWrite<'_>,
+        version: &str,
+    ) -> Result<bool, CacheError> {
         let key = self.key(id);
         let lease = fill_key(&key);
+        let versions = version_key(&key);
+        let version_ttl = millis(VERSION_TTL);
         let (value, ttl): (Option<Vec<u8>>, u64) = match entry {
             FollowerWrite::Path(path) => (Some(path.as_bytes().to_vec()), self.jittered_ttl_ms()),
             FollowerWrite::Absent => (Some(Vec::new()), millis(self.negative_ttl)),
             FollowerWrite::Forget => (None, 0),
         };
         let (channel, hex) = (super::evictions::channel(&self.prefix), id.to_hex());
-        self.link
+        let written: i64 = self
+            .link
             .run(|mut conn| async move {
                 let mut invocation = APPLY_SCRIPT.key(&key);
-                invocation.key(&lease);
+                invocation.key(&lease).key(&versions);
                 match value {
                     Some(value) => invocation.arg("set").arg(value).arg(ttl),
                     None => invocation.arg("forget").arg("").arg(0),
                 };
-                invocation.arg(&channel).arg(&hex);
-                invocation.invoke_async::<()>(&mut conn).await
+                invocation
+                    .arg(&channel)
+                    .arg(&hex)
+                    .arg(version)
+                    .arg(version_ttl);
+                invocation.invoke_async(&mut conn).await
             })
             .await?;
-        Ok(())
+        Ok(written == 1)
     }
 
     /// Caches "this id does not exist" with the negative TTL.
@@ -307,11 +334,21 @@ return 1",
     )
 });
 
-/// KEYS: entry, lease. ARGV: 'set' or 'forget', value, ttl ms, eviction channel, id.
-/// Revokes, writes, then tells every musicd.
+/// How long the newest version written for an entry is kept: longer than a command can
+/// wait in TCP retransmissions before Redis runs it (Linux gives up after `tcp_retries2`,
+/// about 924 s by default).
+pub const VERSION_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// KEYS: entry, lease, version. ARGV: 'set' or 'forget', value, ttl ms, eviction channel,
+/// id, version (16 hex digits, ordered as text), version ttl ms. Refuses a write older than
+/// the newest written (returns 0); else revokes any fill, writes, keeps the version, then
+/// tells every musicd.
 static APPLY_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
     redis::Script::new(
-        r"redis.call('DEL', KEYS[2])
+        r"local newest = redis.call('GET', KEYS[3])
+if newest and newest > ARGV[6] then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[7])
 if ARGV[1] == 'set' then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 else
@@ -327,15 +364,35 @@ return 1",
 /// the tag. It never starts with the key prefix, so purges and prunes by prefix skip it.
 /// (A prefix with a `}` and no tag could not share a slot: the configuration refuses it.)
 pub fn fill_key(key: &str) -> String {
+    companion_key(key, "fill")
+}
+
+/// The key holding the newest follower version written for an entry: in its slot, outside
+/// its prefix, as [`fill_key`].
+pub fn version_key(key: &str) -> String {
+    companion_key(key, "version")
+}
+
+fn companion_key(key: &str, role: &str) -> String {
     let tagged = key
         .find('{')
         .and_then(|open| key[open + 1..].find('}').map(|close| close > 0))
         .unwrap_or(false);
     if tagged {
-        format!("fill:{key}")
+        format!("{role}:{key}")
     } else {
-        format!("{{{key}}}:fill")
+        format!("{{{key}}}:{role}")
     }
+}
+
+/// A change's version for [`TrackCache::apply`]: its cluster time as 16 hex digits, so
+/// text order is time order (a Lua number could not hold it exactly). A change without one
+/// (never seen on a replica set) is the oldest there is.
+pub fn change_version(cluster_time: Option<mongodb::bson::Timestamp>) -> String {
+    cluster_time.map_or_else(
+        || "0".repeat(16),
+        |t| format!("{:08x}{:08x}", t.time, t.increment),
+    )
 }
 
 /// `base` plus a random fraction of up to `jitter` of it, in milliseconds.

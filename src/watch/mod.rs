@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use mongodb::bson::{Document, doc};
+use mongodb::bson::{Document, Timestamp, doc};
 use mongodb::change_stream::ChangeStream;
 use mongodb::change_stream::event::ChangeStreamEvent;
 use mongodb::change_stream::event::ResumeToken;
@@ -464,7 +464,7 @@ impl Follower {
                         after_invalidate = true;
                     }
                     write => {
-                        writes.push(write);
+                        writes.push((write, event.cluster_time));
                         after_invalidate = false;
                     }
                 }
@@ -554,7 +554,7 @@ impl Follower {
     /// connection keeps the order in which they were sent, so each key still sees its
     /// changes in order), then queues their bans. Any failure fails the whole batch: the
     /// position is not saved past it, and a successor replays it.
-    async fn apply_all(&self, writes: Vec<IndexChange>) -> Result<(), String> {
+    async fn apply_all(&self, writes: Vec<(IndexChange, Option<Timestamp>)>) -> Result<(), String> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -562,7 +562,7 @@ impl Follower {
         // sent: two writes to one key in flight at once could be reordered by a Cluster
         // connection's retries.
         let mut last = std::collections::HashMap::new();
-        for (at, write) in writes.iter().enumerate() {
+        for (at, (write, _)) in writes.iter().enumerate() {
             if let Some(id) = write_id(write) {
                 last.insert(id, at);
             }
@@ -570,25 +570,42 @@ impl Follower {
         let sent = writes
             .iter()
             .enumerate()
-            .filter(|(at, w)| write_id(w).is_some_and(|id| last.get(&id) == Some(at)))
-            .map(|(_, w)| self.apply(w));
+            .filter(|(at, (w, _))| write_id(w).is_some_and(|id| last.get(&id) == Some(at)))
+            .map(|(_, (w, time))| self.apply(w, *time));
         let results = futures_util::future::join_all(sent).await;
-        if let Some(Err(err)) = results.into_iter().find(Result::is_err) {
-            return Err(format!("redis: {err}"));
+        let mut refused = 0;
+        for result in results {
+            match result {
+                Ok(true) => {}
+                Ok(false) => refused += 1,
+                Err(err) => return Err(format!("redis: {err}")),
+            }
         }
-        for id in writes.iter().filter_map(write_id) {
+        if refused > 0 {
+            // A replay of changes a newer write already covers (after a handover): the
+            // entry is right as it is.
+            tracing::debug!(refused, "writes older than the entry's version skipped");
+        }
+        for id in writes.iter().filter_map(|(w, _)| write_id(w)) {
             self.status.bans.queue(id);
         }
         Ok(())
     }
 
-    async fn apply(&self, change: &IndexChange) -> Result<(), crate::catalog::cache::CacheError> {
+    async fn apply(
+        &self,
+        change: &IndexChange,
+        time: Option<Timestamp>,
+    ) -> Result<bool, crate::catalog::cache::CacheError> {
         let cache = &self.backends.cache;
+        let version = crate::catalog::cache::change_version(time);
         match change {
-            IndexChange::Path(id, path) => cache.apply(id, FollowerWrite::Path(path)).await,
-            IndexChange::Forget(id) => cache.apply(id, FollowerWrite::Forget).await,
-            IndexChange::Absent(id) => cache.apply(id, FollowerWrite::Absent).await,
-            IndexChange::Rebuild | IndexChange::Invalidated | IndexChange::Nothing => Ok(()),
+            IndexChange::Path(id, path) => {
+                cache.apply(id, FollowerWrite::Path(path), &version).await
+            }
+            IndexChange::Forget(id) => cache.apply(id, FollowerWrite::Forget, &version).await,
+            IndexChange::Absent(id) => cache.apply(id, FollowerWrite::Absent, &version).await,
+            IndexChange::Rebuild | IndexChange::Invalidated | IndexChange::Nothing => Ok(true),
         }
     }
 

@@ -70,6 +70,58 @@ async fn until_cached(env: &TestEnv, id: &ObjectId, expected: Option<&[u8]>, wha
     }
 }
 
+/// A follower's write that arrives late (sent by a follower cut off from Redis, delivered
+/// by TCP after the heal) carries an older change's cluster time than what the successor
+/// wrote: it is refused, for a path and after a deletion. (The whole story runs in
+/// `fleet::partitions_under_load`; this is the script's rule on one server.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_write_older_than_the_entry_is_refused() {
+    use mongodb::bson::Timestamp;
+    use musicd::catalog::cache::{FollowerWrite, change_version};
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &crate::harness::shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    let cache = Backends::new(&env.config).await.expect("clients").cache;
+    let at = |time: u32, increment: u32| change_version(Some(Timestamp { time, increment }));
+    let id = ObjectId::new();
+    let written = |path: &'static str, version: String| {
+        let cache = &cache;
+        async move {
+            cache
+                .apply(&id, FollowerWrite::Path(path), &version)
+                .await
+                .expect("apply")
+        }
+    };
+    assert!(written("/new", at(2_000_000_000, 1)).await);
+    assert!(
+        !written("/old", at(1_999_999_999, 7)).await,
+        "an older time"
+    );
+    assert!(
+        !written("/old", at(2_000_000_000, 0)).await,
+        "an older increment"
+    );
+    assert_eq!(env.cached(&id).await.as_deref(), Some(b"/new".as_slice()));
+    assert!(
+        written("/same", at(2_000_000_000, 1)).await,
+        "a replay of the same change"
+    );
+    let forget = cache
+        .apply(&id, FollowerWrite::Forget, &at(2_000_000_001, 0))
+        .await
+        .expect("forget");
+    assert!(forget);
+    assert!(
+        !written("/old", at(2_000_000_000, 5)).await,
+        "older than the deletion"
+    );
+    assert_eq!(env.cached(&id).await, None);
+}
+
 /// The race of a read-through write-back against the follower, provoked step by step: the
 /// lookup reads MongoDB, then the follower applies a change, then the write-back arrives.
 /// The write-back must lose, for a move and for an insert after a 404.

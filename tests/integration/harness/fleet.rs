@@ -429,6 +429,27 @@ impl Fleet {
         std::fs::read_to_string(self.dir.join(format!("{role}.out"))).unwrap_or_default()
     }
 
+    /// Bytes a role has sent to `port` that the peer has not acknowledged (`ss` Send-Q
+    /// over its sockets): what TCP will still deliver, or give up on.
+    pub fn unacked_bytes(&self, role: &str, port: u16) -> u64 {
+        let peer = format!(":{port}");
+        run(
+            "ip",
+            &["netns", "exec", &self.namespace(role), "ss", "-tnH"],
+        )
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // State Recv-Q Send-Q Local Peer
+            let peer_addr = fields.get(4)?;
+            peer_addr
+                .ends_with(&peer)
+                .then(|| fields.get(2)?.parse::<u64>().ok())?
+        })
+        .sum()
+    }
+
     /// Brings the whole fleet up: network, replica set, Redis Cluster, musicds, nginx,
     /// varnish. Returns once each answers.
     pub async fn up(index: u8, dir: &Path, programs: &Programs) -> Fleet {
