@@ -35,7 +35,7 @@ pub enum LinkError {
     },
     /// The command did not answer within the configured timeout: the server accepts but
     /// hangs (stopped, overloaded), or packets to it vanish (a partition).
-    #[error("redis hangs: no answer within {0:?}")]
+    #[error("redis: no answer within {0:?}")]
     Timeout(Duration),
     /// Redis answered with an error, or the connection broke.
     #[error("redis: {0}")]

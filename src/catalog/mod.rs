@@ -256,20 +256,27 @@ async fn query_task(
     cache: Option<TrackCache>,
     inflight: Inflight,
 ) -> LookupResult {
-    let fill = match &cache {
-        Some(cache) => match cache.begin_fill(&id).await {
-            Ok(fill) => Some(fill),
-            Err(err) => {
-                tracing::debug!(%id, error = %err, "no fill lease: the answer is not cached");
-                None
+    // Refused first when too many lookups wait on MongoDB: a refusal costs no fill lease.
+    let result = match store.wait_turn() {
+        Err(busy) => Err(Arc::new(busy)),
+        Ok(turn) => {
+            let fill = match &cache {
+                Some(cache) => match cache.begin_fill(&id).await {
+                    Ok(fill) => Some(fill),
+                    Err(err) => {
+                        tracing::debug!(%id, error = %err, "no fill lease: the answer is not cached");
+                        None
+                    }
+                },
+                None => None,
+            };
+            let result = store.find_path_in_turn(&id, turn).await.map_err(Arc::new);
+            if let (Some(cache), Some(fill)) = (&cache, fill) {
+                write_back(cache, fill, &id, &result).await;
             }
-        },
-        None => None,
+            result
+        }
     };
-    let result = store.find_path(&id).await.map_err(Arc::new);
-    if let (Some(cache), Some(fill)) = (&cache, fill) {
-        write_back(cache, fill, &id, &result).await;
-    }
     // Errors are retired at once so that a recovered MongoDB is asked again immediately.
     let linger = if result.is_ok() {
         LINGER

@@ -30,7 +30,7 @@ pub enum StoreError {
     /// No answer within the configured timeout (a hung server, or packets lost on a
     /// connection already open: the driver's own timeouts bound selecting a server and
     /// connecting, not a query on a pooled connection).
-    #[error("mongodb hangs: no answer within {0:?}")]
+    #[error("mongodb: no answer within {0:?}")]
     Timeout(Duration),
     /// Too many lookups already wait on MongoDB (it hangs, or cannot keep up).
     #[error("mongodb busy: {0} lookups already waiting")]
@@ -41,7 +41,13 @@ impl StoreError {
     /// Whether MongoDB hangs (no answer within the timeout) rather than refusing or
     /// failing: what `/readyz` and `musicctl health` tell an operator.
     pub fn is_hang(&self) -> bool {
-        matches!(self, StoreError::Timeout(_) | StoreError::Busy(_))
+        match self {
+            StoreError::Timeout(_) | StoreError::Busy(_) => true,
+            // The driver's own deadline (selecting a server the monitor cannot reach)
+            // can fire first; its text is what tells a silence from a refusal.
+            StoreError::Query(err) => err.to_string().contains("timed out"),
+            StoreError::Uri(_) | StoreError::Task(_) => false,
+        }
     }
 }
 
@@ -79,7 +85,7 @@ const MAX_WAITING: usize = 1024;
 const WAITING_WHILE_HUNG: usize = 8;
 
 /// A lookup's place among the waiting; given back on drop.
-struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+pub struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
@@ -128,21 +134,34 @@ impl TrackStore {
     /// Looks a track up by id; `None` when no document has this id. Bounded by the
     /// configured timeout whatever the state of the connection.
     pub async fn find_path(&self, id: &ObjectId) -> Result<Option<StoredPath>, StoreError> {
-        let _waiting = self.wait_turn()?;
+        let turn = self.wait_turn()?;
+        self.find_path_in_turn(id, turn).await
+    }
+
+    /// [`TrackStore::find_path`] with a place among the waiting already taken
+    /// ([`TrackStore::wait_turn`]), so a caller can be refused before doing anything else.
+    pub async fn find_path_in_turn(
+        &self,
+        id: &ObjectId,
+        _turn: Waiting,
+    ) -> Result<Option<StoredPath>, StoreError> {
         let query = self
             .collection
             .find_one(doc! { "_id": id })
             .projection(doc! { &self.path_field: 1 });
         let found = match tokio::time::timeout(self.timeout, query).await {
-            Ok(found) => {
+            // Only an answer lifts the bound on waiting lookups: a driver error of its own
+            // (no server selectable) during an outage is not one.
+            Ok(Ok(found)) => {
                 if self
                     .timing_out
                     .swap(false, std::sync::atomic::Ordering::Relaxed)
                 {
                     tracing::info!("mongodb answers lookups again");
                 }
-                found?
+                found
             }
+            Ok(Err(err)) => return Err(StoreError::Query(err)),
             Err(_) => {
                 if !self
                     .timing_out
@@ -160,7 +179,7 @@ impl TrackStore {
     }
 
     /// Takes a place among the lookups waiting on MongoDB, or says it is busy.
-    fn wait_turn(&self) -> Result<Waiting, StoreError> {
+    pub fn wait_turn(&self) -> Result<Waiting, StoreError> {
         use std::sync::atomic::Ordering;
         let bound = if self.timing_out.load(Ordering::Relaxed) {
             WAITING_WHILE_HUNG

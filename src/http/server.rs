@@ -422,7 +422,9 @@ pub async fn serve(
     }
     // Every exchange that finished has its line.
     if let Some(log) = &log {
-        log.flush_and_settle(grace.max(Duration::from_secs(1)));
+        // Within the stop's budget: the drain above may have used the grace already.
+        log.flush_and_settle(grace.clamp(Duration::from_secs(1), Duration::from_secs(5)))
+            .await;
     }
     Ok(())
 }

@@ -350,7 +350,10 @@ impl Follower {
             tokio::time::sleep(ttl / 3).await;
             // Redis starts the new term when the renewal arrives, which is after it was
             // sent: counting from the send keeps this process's idea of its term inside
-            // Redis's, so it never follows on past the moment a successor may start.
+            // Redis's. Expiry is noticed at the next failed renewal, so a cut-off follower
+            // may write up to a third of a lease past it; those writes are newer than any
+            // its successor replays, and versioned writes refuse them once it has written
+            // newer (`catalog::cache::version_key`).
             let asked = Instant::now();
             match lease.renew().await {
                 Ok(true) => renewed = asked,

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use self::format::Entry;
@@ -64,10 +64,16 @@ pub struct AccessLog {
     queue: mpsc::SyncSender<Vec<u8>>,
 }
 
-/// What the writer thread writes to, and what it lost.
+/// What the writer thread writes to, and what it lost. Only the writer thread touches the
+/// file and the application log about it: an event loop only counts, so neither a stuck
+/// sink nor a stuck stderr can hold one up (with no `path`, the access log and the
+/// application log share stderr).
 struct Sink {
-    /// The open file; `None`: stderr.
-    file: RwLock<Option<File>>,
+    /// The open file; `None`: stderr. Locked by the writer thread only.
+    file: Mutex<Option<File>>,
+    /// A file opened again by SIGUSR1, for the writer to take before its next write: the
+    /// signal's task never waits on a writer stuck in a write.
+    reopened: Mutex<Option<File>>,
     /// Whether the sink keeps large writes whole (a regular file).
     regular: bool,
     written_lines: AtomicU64,
@@ -76,44 +82,87 @@ struct Sink {
     queued_batches: AtomicU64,
     done_batches: AtomicU64,
     /// Whether lines are being lost now: the warning is logged when this turns true, and
-    /// the recovery when it turns false, not once per batch.
+    /// the recovery once the queue has drained, not once per batch.
     losing: AtomicBool,
+    /// Why an event loop first refused a batch, for the writer to log.
+    unreported: Mutex<Option<String>>,
 }
 
 impl Sink {
-    fn lost(&self, batch: &[u8], why: &dyn std::fmt::Display) {
-        let lines = line_count(batch);
-        let before = self.dropped_lines.fetch_add(lines, Ordering::Relaxed);
+    /// A batch the queue refused (the writer is behind or gone): counted, and the first
+    /// refusal of a spell is reported by the writer thread, not here on an event loop.
+    fn refused(&self, batch: &[u8], why: &str) {
+        self.dropped_lines
+            .fetch_add(line_count(batch), Ordering::Relaxed);
         if !self.losing.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                error = %why,
-                dropped_before = before,
-                "access log lines are being dropped (counted in musicd_access_log_dropped_lines_total); serving goes on"
-            );
+            *self.unreported.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
+        }
+    }
+
+    /// On the writer thread: a batch the sink did not take.
+    fn failed(&self, batch: &[u8], err: &io::Error) {
+        let before = self
+            .dropped_lines
+            .fetch_add(line_count(batch), Ordering::Relaxed);
+        if !self.losing.swap(true, Ordering::Relaxed) {
+            warn_dropping(&err.to_string(), before);
+        }
+    }
+
+    /// On the writer thread, between batches: takes a reopened file, reports a refusal.
+    fn housekeeping(&self) {
+        if let Some(file) = self
+            .reopened
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            *self.file.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        }
+        let why = self
+            .unreported
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(why) = why {
+            warn_dropping(&why, 0);
         }
     }
 
     fn write(&self, batch: &[u8]) {
-        let file = self.file.read().unwrap_or_else(|p| p.into_inner());
-        let result = match &*file {
-            Some(file) => write_lines(&mut &*file, batch, self.regular),
-            None => write_lines(&mut io::stderr().lock(), batch, self.regular),
+        let result = {
+            let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+            match &*file {
+                Some(file) => write_lines(&mut &*file, batch, self.regular),
+                None => write_lines(&mut io::stderr().lock(), batch, self.regular),
+            }
         };
-        drop(file);
         match result {
             Ok(()) => {
                 self.written_lines
                     .fetch_add(line_count(batch), Ordering::Relaxed);
-                if self.losing.swap(false, Ordering::Relaxed) {
+                // Recovered only once nothing is waiting: a sink that keeps up with one
+                // batch but not with the flow would otherwise flap between the two lines.
+                let drained = self.done_batches.load(Ordering::Acquire) + 1
+                    >= self.queued_batches.load(Ordering::Acquire);
+                if drained && self.losing.swap(false, Ordering::Relaxed) {
                     tracing::info!(
                         dropped = self.dropped_lines.load(Ordering::Relaxed),
                         "access log written again"
                     );
                 }
             }
-            Err(err) => self.lost(batch, &err),
+            Err(err) => self.failed(batch, &err),
         }
     }
+}
+
+fn warn_dropping(why: &str, dropped_before: u64) {
+    tracing::warn!(
+        error = why,
+        dropped_before,
+        "access log lines are being dropped (counted in musicd_access_log_dropped_lines_total); serving goes on"
+    );
 }
 
 fn line_count(batch: &[u8]) -> u64 {
@@ -140,7 +189,9 @@ impl AccessLog {
             }
         };
         let sink = Arc::new(Sink {
-            file: RwLock::new(file),
+            file: Mutex::new(file),
+            reopened: Mutex::new(None),
+            unreported: Mutex::new(None),
             regular,
             written_lines: AtomicU64::new(0),
             dropped_lines: AtomicU64::new(0),
@@ -152,12 +203,20 @@ impl AccessLog {
         {
             let sink = Arc::clone(&sink);
             // Detached: it ends when the last `AccessLog` is dropped, or with the process.
+            // It wakes at least every FLUSH_INTERVAL to take a reopened file and report.
             std::thread::Builder::new()
                 .name("musicd-access-log".into())
                 .spawn(move || {
-                    for batch in batches {
-                        sink.write(&batch);
-                        sink.done_batches.fetch_add(1, Ordering::Release);
+                    loop {
+                        match batches.recv_timeout(FLUSH_INTERVAL) {
+                            Ok(batch) => {
+                                sink.housekeeping();
+                                sink.write(&batch);
+                                sink.done_batches.fetch_add(1, Ordering::Release);
+                            }
+                            Err(mpsc::RecvTimeoutError::Timeout) => sink.housekeeping(),
+                            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                        }
                     }
                 })?;
         }
@@ -170,13 +229,13 @@ impl AccessLog {
     }
 
     /// Opens the file again (after logrotate moved it). Lines still buffered go to the new
-    /// file; none is lost.
+    /// file; none is lost. The writer takes the new file before its next batch.
     pub fn reopen(&self) -> io::Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
         let file = open_append(path)?;
-        *self.sink.file.write().unwrap_or_else(|p| p.into_inner()) = Some(file);
+        *self.sink.reopened.lock().unwrap_or_else(|p| p.into_inner()) = Some(file);
         Ok(())
     }
 
@@ -192,7 +251,7 @@ impl AccessLog {
     /// loses no line. It waits at most `patience`, and gives up sooner when the writer
     /// makes no progress for [`STALLED`]: a stuck sink will not take those lines anyway,
     /// and must not hold the stop up.
-    pub fn settle(&self, patience: Duration) {
+    pub async fn settle(&self, patience: Duration) {
         let target = self.sink.queued_batches.load(Ordering::Acquire);
         let deadline = Instant::now() + patience;
         let mut done = self.sink.done_batches.load(Ordering::Acquire);
@@ -206,7 +265,7 @@ impl AccessLog {
                 );
                 return;
             }
-            std::thread::sleep(Duration::from_millis(2));
+            tokio::time::sleep(Duration::from_millis(2)).await;
             let now_done = self.sink.done_batches.load(Ordering::Acquire);
             if now_done > done {
                 done = now_done;
@@ -223,7 +282,7 @@ impl AccessLog {
             Err(mpsc::TrySendError::Disconnected(batch)) => (batch, "the writer stopped"),
         };
         self.sink.done_batches.fetch_add(1, Ordering::Release);
-        self.sink.lost(&refused.0, &refused.1);
+        self.sink.refused(&refused.0, refused.1);
     }
 }
 
@@ -284,9 +343,9 @@ impl LogBuffer {
     }
 
     /// Writes out what is buffered and waits, at most `patience`, until it is written.
-    pub fn flush_and_settle(&self, patience: Duration) {
+    pub async fn flush_and_settle(&self, patience: Duration) {
         self.flush();
-        self.log.settle(patience);
+        self.log.settle(patience).await;
     }
 
     /// Hands what is buffered to the writer.
