@@ -12,6 +12,7 @@ pub mod purge;
 pub mod reindex;
 pub mod resolve;
 pub mod sign;
+pub mod verify;
 
 use crate::catalog::mongo::StoreError;
 use crate::redis_link::LinkError;

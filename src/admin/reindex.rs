@@ -195,6 +195,25 @@ async fn write_batch(
     }
 }
 
+/// A cache entry that disagrees with MongoDB or the disk.
+#[derive(Debug, Clone)]
+pub struct StaleEntry {
+    /// The id its key names.
+    pub id: ObjectId,
+    /// What it holds: a path, or empty for a negative entry.
+    pub value: Vec<u8>,
+    /// Why it is stale.
+    pub reason: &'static str,
+}
+
+/// What to do with the stale entries a scan finds.
+pub enum OnStale<'a> {
+    /// Remove them (count only, with `dry_run`).
+    Remove,
+    /// Keep them for a report.
+    Collect(&'a mut Vec<StaleEntry>),
+}
+
 async fn prune(
     backends: &Backends,
     target: &RedisTarget,
@@ -202,6 +221,29 @@ async fn prune(
     options: &ReindexOptions,
     report: &mut ReindexReport,
     progress: &mut impl FnMut(ReindexProgress),
+) -> Result<(), AdminError> {
+    scan_stale(
+        backends,
+        target,
+        timeout,
+        options,
+        report,
+        progress,
+        OnStale::Remove,
+    )
+    .await
+}
+
+/// Scans every cache entry (each master of a cluster) and checks it against MongoDB and
+/// the disk: `reindex --prune` removes what disagrees, `verify` reports it.
+pub async fn scan_stale(
+    backends: &Backends,
+    target: &RedisTarget,
+    timeout: Duration,
+    options: &ReindexOptions,
+    report: &mut ReindexReport,
+    progress: &mut impl FnMut(ReindexProgress),
+    mut on_stale: OnStale<'_>,
 ) -> Result<(), AdminError> {
     let prefix = backends.cache.prefix().as_bytes().to_vec();
     let mut pattern = escape_glob(&prefix);
@@ -221,12 +263,15 @@ async fn prune(
                 .map_err(redis_link::LinkError::from)?;
             report.cache_entries += keys.len() as u64;
             let stale = stale_keys(backends, &mut conn, &prefix, keys).await?;
-            if !stale.is_empty() {
-                if options.dry_run {
+            match &mut on_stale {
+                OnStale::Collect(found) => {
                     report.pruned += stale.len() as u64;
-                } else {
+                    found.extend(stale.into_iter().map(|(_, entry)| entry));
+                }
+                OnStale::Remove if options.dry_run => report.pruned += stale.len() as u64,
+                OnStale::Remove if !stale.is_empty() => {
                     let mut pipe = redis::pipe();
-                    for key in &stale {
+                    for (key, _) in &stale {
                         pipe.cmd("UNLINK").arg(key.as_slice());
                     }
                     let removed: Vec<u64> = pipe
@@ -235,6 +280,7 @@ async fn prune(
                         .map_err(redis_link::LinkError::from)?;
                     report.pruned += removed.iter().sum::<u64>();
                 }
+                OnStale::Remove => {}
             }
             progress(ReindexProgress {
                 documents: report.documents,
@@ -250,13 +296,13 @@ async fn prune(
     Ok(())
 }
 
-/// The keys of a SCAN step that no longer tell the truth.
+/// The keys of a SCAN step that no longer tell the truth, with why.
 async fn stale_keys(
     backends: &Backends,
     conn: &mut redis::aio::MultiplexedConnection,
     prefix: &[u8],
     keys: Vec<Vec<u8>>,
-) -> Result<Vec<Vec<u8>>, AdminError> {
+) -> Result<Vec<(Vec<u8>, StaleEntry)>, AdminError> {
     let mut parsed = Vec::with_capacity(keys.len());
     for key in keys {
         // Keys under the prefix that are not `{prefix}{objectid}` are not ours: left alone.
@@ -301,20 +347,24 @@ async fn stale_keys(
     let stale = tokio::task::spawn_blocking(move || {
         checks
             .into_iter()
-            .filter(|(_, id, value)| match (value.as_deref(), truth.get(id)) {
+            .filter_map(|(key, id, value)| {
                 // Expired between SCAN and GET: nothing to do.
-                (None, _) => false,
-                // A negative entry for an id that now exists hides a real track.
-                (Some([]), Some(_)) => true,
-                (Some([]), None) => false,
-                // A path for an id MongoDB no longer has.
-                (Some(_), None) => true,
-                (Some(cached), Some(StoredPath::Path(path))) => {
-                    cached != path.as_bytes() || roots.open(path).is_err()
-                }
-                (Some(_), Some(StoredPath::Invalid(_))) => true,
+                let value = value?;
+                let reason = match (value.as_slice(), truth.get(&id)) {
+                    (&[], Some(_)) => "a negative entry for a document that exists",
+                    (&[], None) => return None,
+                    (_, None) => "an entry for a deleted document",
+                    (cached, Some(StoredPath::Path(path))) if cached != path.as_bytes() => {
+                        "the entry's path differs from the document's"
+                    }
+                    (_, Some(StoredPath::Path(path))) => {
+                        roots.open(path).err()?;
+                        "the entry's file is gone"
+                    }
+                    (_, Some(StoredPath::Invalid(_))) => "the document has no usable path",
+                };
+                Some((key, StaleEntry { id, value, reason }))
             })
-            .map(|(key, _, _)| key)
             .collect::<Vec<_>>()
     })
     .await

@@ -131,6 +131,21 @@ enum Command {
     /// (what musicd does by itself unless `mongodb.watch = "off"`); stops on SIGINT/SIGTERM.
     /// Takes part in the same lease as the daemons: one follower at a time.
     Watch,
+    /// Check that the catalogue, the disk and the cache agree and that every file is what
+    /// its name says: missing, outside_roots, unreadable, empty, type_mismatch, truncated,
+    /// duplicate, orphan, cache_stale; warnings slow_start, no_seek_table, size_drift.
+    /// Run it as musicd's user. Exit 0 nothing but warnings, 1 findings, 2 error.
+    Verify {
+        /// Warnings count as findings for the exit code.
+        #[arg(long)]
+        strict: bool,
+        /// Documents per batch.
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        /// Print `{"checked", "counts", "findings"}` as JSON (no progress output).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -290,6 +305,21 @@ fn run() -> anyhow::Result<ExitCode> {
                 tracing::info!(owner = follower.owner(), "musicctl watch: following (or standing by)");
                 follower.run(musicd::daemon::stop_signal()).await;
                 Ok(ExitCode::SUCCESS)
+            }
+            Command::Verify { strict, batch, json } => {
+                let options = admin::verify::VerifyOptions { batch: batch.max(1) };
+                let mut progress = Progress::new(json);
+                let report = admin::verify::verify(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
+                    progress.update(&format!("verify: {} documents, {} findings", p.checked, p.findings));
+                })
+                .await?;
+                progress.finish();
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", report.render());
+                }
+                Ok(ExitCode::from(report.exit_code(strict)))
             }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;

@@ -8,6 +8,7 @@
 //! blocking pool.
 
 pub mod mime;
+pub mod probe;
 
 use std::fs::{File, Metadata};
 use std::io;

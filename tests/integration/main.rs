@@ -24,5 +24,6 @@ mod resolver_faults;
 mod supervisor;
 mod truth;
 mod varnish;
+mod verify;
 mod watch;
 mod wire;

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# musicctl verify's shallow pass over a large library: files per second and peak memory.
+#   bench/verify.sh [TRACKS] [ROUNDS]      (defaults: 100000 tracks, 3 rounds)
+# Builds a library of TRACKS real files (one encoded mp3, m4a, flac and ogg, hard-linked
+# under TRACKS names: each name is its own path to check), imports it, caches it, then
+# times `musicctl verify --json` (catalogue, disk and cache) with the page cache warm.
+# Starts its own redis-server and mongod on free loopback ports in a temp dir; writes
+# bench/results/verify.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+n=${1:-100000}
+rounds=${2:-3}
+
+scripts/install-deps.sh >/dev/null
+command -v /usr/bin/time >/dev/null || { apt-get update -qq && apt-get install -y -qq time >/dev/null; }
+cargo build --release --locked --bins 2>&1 | tail -n 1
+bin=$root/target/release
+
+work=$(mktemp -d)
+cleanup() {
+  [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
+  [ -n "${mongo_pid:-}" ] && kill "$mongo_pid" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+rport=$(free_port); mport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
+redis_pid=$!
+mkdir -p "$work/db" "$work/music" "$work/src"
+"$root/.tools/bin/mongod" --dbpath "$work/db" --port "$mport" --bind_ip 127.0.0.1 --nounixsocket \
+  --wiredTigerCacheSizeGB 1 --logpath "$work/mongod.log" &
+mongo_pid=$!
+for _ in $(seq 200); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
+for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$mport") 2>/dev/null && break; sleep 0.1; done
+
+tone="sine=frequency=440:duration=30"
+ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a libmp3lame -b:a 192k "$work/src/a.mp3"
+ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a aac -b:a 128k -movflags +faststart "$work/src/a.m4a"
+ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a flac "$work/src/a.flac"
+ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a libvorbis "$work/src/a.ogg"
+exts=(mp3 m4a flac ogg)
+for i in $(seq 0 $((n - 1))); do
+  dir="$work/music/$((i / 1000))"
+  [ $((i % 1000)) = 0 ] && mkdir -p "$dir"
+  ext=${exts[$((i % 4))]}
+  ln "$work/src/a.$ext" "$dir/t$i.$ext"
+done
+cat >"$work/musicd.toml" <<TOML
+media_roots = ["$work/music"]
+[mongodb]
+uri = "mongodb://127.0.0.1:$mport"
+database = "bench"
+[redis]
+url = "redis://127.0.0.1:$rport"
+TOML
+ctl="$bin/musicctl --config $work/musicd.toml"
+$ctl import "$work/music" >/dev/null 2>&1
+$ctl reindex >/dev/null
+
+measure() {
+  local out=$work/time.txt
+  /usr/bin/time -f '%e %M' -o "$out" bash -c "$1" >/dev/null 2>"$work/err.txt" || true
+  read -r secs kb <"$out"
+  echo "$secs $((kb / 1024))"
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+declare -a times mems rates
+for r in $(seq "$rounds"); do
+  read -r t m < <(measure "$ctl verify --json > $work/verify.json")
+  checked=$(python3 -c "import json;print(json.load(open('$work/verify.json'))['checked'])")
+  found=$(python3 -c "import json;print(len(json.load(open('$work/verify.json'))['findings']))")
+  [ "$checked" = "$n" ] || { echo "verify checked $checked of $n"; exit 1; }
+  [ "$found" = 0 ] || { echo "verify found $found findings in a clean library"; exit 1; }
+  times+=("$t"); mems+=("$m"); rates+=("$(python3 -c "print(round($n/$t))")")
+  echo "round $r verify: ${t}s ${m} MiB" >&2
+done
+mkdir -p bench/results
+{
+  echo "# musicctl verify, shallow pass"
+  echo
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $n tracks (30 s mp3, m4a, flac, ogg hard-linked under $n names), every one imported and cached; page cache warm; medians of $rounds rounds (spread: $(printf '%s ' "${rates[@]}")files/s)."
+  echo
+  echo "| task | wall time (s) | files/s | peak RSS (MiB) |"
+  echo "|---|---|---|---|"
+  echo "| \`musicctl verify --json\` (catalogue + disk + cache) | $(printf '%s\n' "${times[@]}" | median) | $(printf '%s\n' "${rates[@]}" | median) | $(printf '%s\n' "${mems[@]}" | median) |"
+} | tee bench/results/verify.md

@@ -1,0 +1,476 @@
+//! `musicctl verify`: the catalogue, the disk and the cache agree, and every file is what
+//! its name says.
+//!
+//! Three walks, each in bounded memory but for the set of paths named (needed to find
+//! duplicates and orphans):
+//! * the catalogue, a MongoDB cursor in batches; each batch's files are checked on the
+//!   blocking pool (confined to the media roots as the server does, opened, their magic
+//!   bytes and headers read: [`crate::media::probe`]) while the next batch is read;
+//! * the media roots, for audio files no document names (`orphan`);
+//! * the cache, every entry against MongoDB and the disk (`cache_stale`), the scan
+//!   `reindex --prune` uses.
+//!
+//! The shallow pass reads a few KiB per file (up to 256 KiB of an mp3 without a seek
+//! table, to see whether its bitrate varies). Decoding every file to its end (`--deep`)
+//! and the safe repairs (`--fix`) are not built yet.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use futures_util::TryStreamExt;
+use mongodb::bson::oid::ObjectId;
+use mongodb::bson::{Bson, Document, doc};
+use serde::Serialize;
+
+use super::reindex::{self, OnStale, ReindexOptions, ReindexReport};
+use super::{AdminError, Backends};
+use crate::catalog::mongo::{StoredPath, stored_path};
+use crate::media::probe::{self, Format};
+use crate::media::{MediaError, MediaRoots};
+use crate::redis_link::RedisTarget;
+
+/// What a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The document's path does not exist.
+    Missing,
+    /// The path resolves outside every media root.
+    OutsideRoots,
+    /// The file cannot be opened by this user.
+    Unreadable,
+    /// The file is zero bytes.
+    Empty,
+    /// The content is not what the extension says.
+    TypeMismatch,
+    /// The file ends before a length its headers declare.
+    Truncated,
+    /// Two or more documents name one file.
+    Duplicate,
+    /// An audio file under a media root that no document names.
+    Orphan,
+    /// A cache entry that disagrees with MongoDB or the disk.
+    CacheStale,
+    /// Warning: an mp4 whose index comes after its media.
+    SlowStart,
+    /// Warning: a variable-bitrate mp3 without a seek table.
+    NoSeekTable,
+    /// Warning: the document's size or mtime disagrees with the file.
+    SizeDrift,
+}
+
+impl Kind {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Missing => "missing",
+            Kind::OutsideRoots => "outside_roots",
+            Kind::Unreadable => "unreadable",
+            Kind::Empty => "empty",
+            Kind::TypeMismatch => "type_mismatch",
+            Kind::Truncated => "truncated",
+            Kind::Duplicate => "duplicate",
+            Kind::Orphan => "orphan",
+            Kind::CacheStale => "cache_stale",
+            Kind::SlowStart => "slow_start",
+            Kind::NoSeekTable => "no_seek_table",
+            Kind::SizeDrift => "size_drift",
+        }
+    }
+
+    /// Warnings do not fail a run unless `--strict`.
+    pub fn is_warning(self) -> bool {
+        matches!(self, Kind::SlowStart | Kind::NoSeekTable | Kind::SizeDrift)
+    }
+}
+
+/// One thing found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// What it is.
+    pub kind: Kind,
+    /// The document's id (`None` for an orphan).
+    pub id: Option<String>,
+    /// The path concerned.
+    pub path: String,
+    /// Specifics.
+    pub detail: String,
+}
+
+/// What a verify run found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VerifyReport {
+    /// Documents checked.
+    pub checked: u64,
+    /// Findings by kind.
+    pub counts: BTreeMap<&'static str, u64>,
+    /// Every finding, by kind then path.
+    pub findings: Vec<Finding>,
+}
+
+impl VerifyReport {
+    /// 0: nothing but warnings (nothing at all with `strict`); 1: findings.
+    pub fn exit_code(&self, strict: bool) -> u8 {
+        let failing = self.findings.iter().any(|f| strict || !f.kind.is_warning());
+        u8::from(failing)
+    }
+
+    /// A table for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for finding in &self.findings {
+            out.push_str(&format!(
+                "{:<14} {:<24} {}  {}\n",
+                finding.kind.name(),
+                finding.id.as_deref().unwrap_or("-"),
+                finding.path,
+                finding.detail
+            ));
+        }
+        let counts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        out.push_str(&format!(
+            "verify: {} documents checked, {}\n",
+            self.checked,
+            if counts.is_empty() {
+                "no findings".to_string()
+            } else {
+                counts.join(", ")
+            }
+        ));
+        out
+    }
+}
+
+/// How to verify.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// Documents per batch.
+    pub batch: usize,
+}
+
+/// Progress, for a progress line.
+#[derive(Debug, Clone, Copy)]
+pub struct VerifyProgress {
+    /// Documents checked so far.
+    pub checked: u64,
+    /// Findings so far.
+    pub findings: u64,
+}
+
+/// One document's file, as the catalogue pass saw it.
+struct Checked {
+    findings: Vec<Finding>,
+    /// The canonical path, when the file is under a root (for duplicates and orphans).
+    canonical: Option<PathBuf>,
+    id: ObjectId,
+    path: String,
+}
+
+/// Walks the catalogue, the media roots and the cache.
+pub async fn verify(
+    backends: &Backends,
+    target: &RedisTarget,
+    timeout: Duration,
+    options: &VerifyOptions,
+    mut progress: impl FnMut(VerifyProgress),
+) -> Result<VerifyReport, AdminError> {
+    let batch_size = options.batch.max(1);
+    let field = backends.store.path_field().to_string();
+    let mut report = VerifyReport::default();
+    let mut named: HashMap<PathBuf, Vec<(ObjectId, String)>> = HashMap::new();
+    let mut cursor = backends
+        .store
+        .collection()
+        .find(doc! {})
+        .projection(doc! { &field: 1, "size": 1, "mtime": 1 })
+        .batch_size(u32::try_from(batch_size).unwrap_or(u32::MAX))
+        .await?;
+    let mut checking: Option<tokio::task::JoinHandle<Vec<Checked>>> = None;
+    let mut exhausted = false;
+    while !exhausted || checking.is_some() {
+        let mut next = None;
+        if !exhausted {
+            let mut batch = Vec::with_capacity(batch_size);
+            while batch.len() < batch_size {
+                match cursor.try_next().await? {
+                    Some(document) => batch.push(document),
+                    None => break,
+                }
+            }
+            exhausted = batch.len() < batch_size;
+            report.checked += batch.len() as u64;
+            if !batch.is_empty() {
+                let (roots, field) = (backends.roots.clone(), field.clone());
+                next = Some(tokio::task::spawn_blocking(move || {
+                    batch
+                        .into_iter()
+                        .filter_map(|document| check_document(&roots, &field, &document))
+                        .collect()
+                }));
+            }
+        }
+        if let Some(previous) = checking.take() {
+            let checked = previous
+                .await
+                .map_err(|e| AdminError::Usage(format!("file check failed: {e}")))?;
+            for file in checked {
+                report.findings.extend(file.findings);
+                if let Some(canonical) = file.canonical {
+                    named
+                        .entry(canonical)
+                        .or_default()
+                        .push((file.id, file.path));
+                }
+            }
+            progress(VerifyProgress {
+                checked: report.checked,
+                findings: report.findings.len() as u64,
+            });
+        }
+        checking = next;
+    }
+    for (canonical, documents) in &named {
+        if documents.len() > 1 {
+            let ids: Vec<String> = documents.iter().map(|(id, _)| id.to_hex()).collect();
+            for (id, path) in documents {
+                report.findings.push(Finding {
+                    kind: Kind::Duplicate,
+                    id: Some(id.to_hex()),
+                    path: path.clone(),
+                    detail: format!(
+                        "{} documents name {}: {}",
+                        documents.len(),
+                        canonical.display(),
+                        ids.join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    let roots = backends.roots.clone();
+    let known: HashSet<PathBuf> = named.into_keys().collect();
+    let orphans = tokio::task::spawn_blocking(move || orphans(&roots, &known))
+        .await
+        .map_err(|e| AdminError::Usage(format!("walking the media roots failed: {e}")))??;
+    report.findings.extend(orphans);
+    let mut stale = Vec::new();
+    let scan = ReindexOptions {
+        dry_run: true,
+        prune: true,
+        batch: batch_size,
+    };
+    reindex::scan_stale(
+        backends,
+        target,
+        timeout,
+        &scan,
+        &mut ReindexReport::default(),
+        &mut |_| {},
+        OnStale::Collect(&mut stale),
+    )
+    .await?;
+    report
+        .findings
+        .extend(stale.into_iter().map(|entry| Finding {
+            kind: Kind::CacheStale,
+            id: Some(entry.id.to_hex()),
+            path: String::from_utf8_lossy(&entry.value).into_owned(),
+            detail: entry.reason.to_string(),
+        }));
+    report
+        .findings
+        .sort_by(|a, b| (a.kind, &a.path, &a.id).cmp(&(b.kind, &b.path, &b.id)));
+    for finding in &report.findings {
+        *report.counts.entry(finding.kind.name()).or_default() += 1;
+    }
+    Ok(report)
+}
+
+/// One document: where its path leads, and what its file is. `None` for a document
+/// without an id (nothing can name it in a report).
+fn check_document(roots: &MediaRoots, field: &str, document: &Document) -> Option<Checked> {
+    let id = document.get_object_id("_id").ok()?;
+    let finding = |kind: Kind, path: &str, detail: String| Finding {
+        kind,
+        id: Some(id.to_hex()),
+        path: path.to_string(),
+        detail,
+    };
+    let path = match stored_path(document, field) {
+        StoredPath::Path(path) => path,
+        StoredPath::Invalid(why) => {
+            return Some(Checked {
+                findings: vec![finding(Kind::Missing, "", format!("no usable path: {why}"))],
+                canonical: None,
+                id,
+                path: String::new(),
+            });
+        }
+    };
+    let mut checked = Checked {
+        findings: Vec::new(),
+        canonical: None,
+        id,
+        path: path.clone(),
+    };
+    let mut file = match roots.open(&path) {
+        Ok(file) => file,
+        Err(err) => {
+            let kind = match &err {
+                MediaError::OutsideRoots | MediaError::NotAbsolute | MediaError::Symlink => {
+                    Kind::OutsideRoots
+                }
+                MediaError::Missing | MediaError::NotAFile => Kind::Missing,
+                MediaError::Unreadable(_) | MediaError::Exhausted(_) => {
+                    // Unreadable files still count for duplicates and orphans.
+                    checked.canonical = roots.confine(&path).ok().map(|(p, _)| p);
+                    Kind::Unreadable
+                }
+            };
+            checked.findings.push(finding(kind, &path, err.to_string()));
+            return Some(checked);
+        }
+    };
+    checked.canonical = Some(file.path.clone());
+    let len = file.metadata.len();
+    if let Some(drift) = drift(document, &file.metadata) {
+        checked
+            .findings
+            .push(finding(Kind::SizeDrift, &path, drift));
+    }
+    if len == 0 {
+        checked
+            .findings
+            .push(finding(Kind::Empty, &path, "0 bytes".into()));
+        return Some(checked);
+    }
+    let mut head = [0u8; 4096];
+    let got = match read_head(&mut file.file, &mut head) {
+        Ok(got) => got,
+        Err(err) => {
+            checked
+                .findings
+                .push(finding(Kind::Unreadable, &path, err.to_string()));
+            return Some(checked);
+        }
+    };
+    let promised = file
+        .path
+        .extension()
+        .and_then(|e| e.to_str())
+        .and_then(Format::of_extension);
+    let found = probe::sniff(&head[..got]);
+    let format = match (promised, found) {
+        (Some(promised), Some(found)) if promised == found => Some(found),
+        (Some(promised), found) => {
+            let what = found.map_or("nothing audio recognised", Format::name);
+            checked.findings.push(finding(
+                Kind::TypeMismatch,
+                &path,
+                format!("named {}, content is {what}", promised.name()),
+            ));
+            found
+        }
+        (None, found) => found,
+    };
+    if let Some(format) = format {
+        match probe::headers(&mut file.file, len, format) {
+            Ok(headers) => {
+                if let Some(declared) = headers.truncated {
+                    checked
+                        .findings
+                        .push(finding(Kind::Truncated, &path, declared));
+                }
+                if headers.slow_start {
+                    checked.findings.push(finding(
+                        Kind::SlowStart,
+                        &path,
+                        "moov after mdat: players fetch the end before playing".into(),
+                    ));
+                }
+                if headers.no_seek_table {
+                    checked.findings.push(finding(
+                        Kind::NoSeekTable,
+                        &path,
+                        "variable bitrate without a Xing, Info or VBRI header: seeking is a guess"
+                            .into(),
+                    ));
+                }
+            }
+            Err(err) => checked
+                .findings
+                .push(finding(Kind::Unreadable, &path, err.to_string())),
+        }
+    }
+    Some(checked)
+}
+
+fn read_head(file: &mut std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < head.len() {
+        match file.read(&mut head[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(filled)
+}
+
+/// The document's `size` and `mtime` (what `import` records) against the file's.
+fn drift(document: &Document, metadata: &std::fs::Metadata) -> Option<String> {
+    let mut drifted = Vec::new();
+    let recorded_size = match document.get("size") {
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Int32(n)) => Some(i64::from(*n)),
+        _ => None,
+    };
+    let size = i64::try_from(metadata.len()).unwrap_or(i64::MAX);
+    if let Some(recorded) = recorded_size
+        && recorded != size
+    {
+        drifted.push(format!("size {recorded} recorded, {size} on disk"));
+    }
+    let recorded_mtime = match document.get("mtime") {
+        Some(Bson::DateTime(at)) => Some(at.timestamp_millis()),
+        Some(Bson::Int64(ms)) => Some(*ms),
+        _ => None,
+    };
+    let mtime = metadata
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok());
+    if let (Some(recorded), Some(mtime)) = (recorded_mtime, mtime)
+        && recorded != mtime
+    {
+        drifted.push(format!("mtime {recorded} ms recorded, {mtime} ms on disk"));
+    }
+    (!drifted.is_empty()).then(|| drifted.join("; "))
+}
+
+/// Audio files under the roots that no document names.
+fn orphans(roots: &MediaRoots, known: &HashSet<PathBuf>) -> Result<Vec<Finding>, AdminError> {
+    let mut found = Vec::new();
+    for root in roots.roots() {
+        for path in super::import::audio_files(root)? {
+            let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+            if !known.contains(&canonical) {
+                found.push(Finding {
+                    kind: Kind::Orphan,
+                    id: None,
+                    path: path.display().to_string(),
+                    detail: "no document names this file".into(),
+                });
+            }
+        }
+    }
+    Ok(found)
+}

@@ -1,0 +1,264 @@
+//! `musicctl verify` on a library of real encoded files (ffmpeg), with one planted case of
+//! every kind it reports and a clean set it must leave alone.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mongodb::bson::{Bson, doc, oid::ObjectId};
+
+use crate::harness::{TestEnv, shared_mongo, shared_redis};
+
+/// Encodes two seconds of a tone into `path` with ffmpeg; `args` choose codec and
+/// container.
+fn encode(path: &Path, args: &[&str]) {
+    encode_from(path, "sine=frequency=440:duration=2", args);
+}
+
+/// The same from another lavfi source.
+fn encode_from(path: &Path, source: &str, args: &[&str]) {
+    let output = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi"])
+        .args(["-i", source])
+        .args(args)
+        .arg(path)
+        .output()
+        .expect("ffmpeg runs");
+    assert!(
+        output.status.success(),
+        "ffmpeg {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The clean set: one file of each common format, each as a careful encoder writes it.
+fn clean_files(dir: &Path) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).expect("dir");
+    let files = [
+        ("clean.mp3", vec!["-c:a", "libmp3lame", "-b:a", "128k"]),
+        (
+            "clean.m4a",
+            vec!["-c:a", "aac", "-b:a", "96k", "-movflags", "+faststart"],
+        ),
+        ("clean.flac", vec!["-c:a", "flac"]),
+        ("clean.ogg", vec!["-c:a", "libvorbis"]),
+        ("clean.opus", vec!["-c:a", "libopus"]),
+        ("clean.wav", vec!["-c:a", "pcm_s16le"]),
+    ];
+    files
+        .iter()
+        .map(|(name, args)| {
+            let path = dir.join(name);
+            encode(&path, args);
+            path
+        })
+        .collect()
+}
+
+/// `musicctl import DIR`: the documents record size and mtime, as an operator's would.
+fn import(env: &TestEnv, dir: &Path) -> Vec<(ObjectId, String)> {
+    let output = env
+        .command("musicctl")
+        .arg("import")
+        .arg(dir)
+        .output()
+        .expect("musicctl import");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (id, path) = line.split_once('\t')?;
+            Some((ObjectId::parse_str(id).ok()?, path.to_string()))
+        })
+        .collect()
+}
+
+fn verify(env: &TestEnv, extra: &[&str]) -> (i32, serde_json::Value) {
+    let output = env
+        .command("musicctl")
+        .arg("verify")
+        .arg("--json")
+        .args(extra)
+        .output()
+        .expect("musicctl verify");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code().unwrap_or(-1), report)
+}
+
+fn media(env: &TestEnv) -> PathBuf {
+    env.media.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_library_has_no_findings_and_exits_0() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    clean_files(&media(&env).join("album"));
+    let imported = import(&env, &media(&env));
+    assert_eq!(imported.len(), 6);
+    // Cached as musicd caches them: entries that agree are not findings.
+    let reindex = env
+        .command("musicctl")
+        .arg("reindex")
+        .output()
+        .expect("reindex");
+    assert!(reindex.status.success());
+    let (code, report) = verify(&env, &["--strict"]);
+    assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["checked"], 6);
+    assert_eq!(code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_planted_finding_is_reported_with_its_kind_and_id() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    let root = media(&env);
+    let clean = clean_files(&root.join("clean"));
+    let planted = root.join("planted");
+    std::fs::create_dir_all(&planted).expect("dir");
+    // A second of PCM, the source of several plants.
+    let wav = planted.join("source.wav");
+    encode(&wav, &["-c:a", "pcm_s16le"]);
+    let wav_bytes = std::fs::read(&wav).expect("wav");
+    std::fs::remove_file(&wav).expect("rm");
+    std::fs::write(planted.join("empty.mp3"), b"").expect("empty");
+    std::fs::write(planted.join("wav_named.mp3"), &wav_bytes).expect("mismatch");
+    std::fs::write(planted.join("cut.wav"), &wav_bytes[..wav_bytes.len() / 2]).expect("cut");
+    encode(&planted.join("slow.m4a"), &["-c:a", "aac", "-b:a", "96k"]);
+    let slow = std::fs::read(planted.join("slow.m4a")).expect("m4a");
+    std::fs::write(planted.join("cut.m4a"), &slow[..slow.len() - 200]).expect("cut m4a");
+    // A second of tone, then a second of silence: frames of different bitrates, and no
+    // Xing header to seek by.
+    encode_from(
+        &planted.join("vbr.mp3"),
+        "aevalsrc=if(lt(t\\,1)\\,sin(2*PI*440*t)\\,0):d=2",
+        &["-c:a", "libmp3lame", "-q:a", "0", "-write_xing", "0"],
+    );
+    encode(&planted.join("dup.flac"), &["-c:a", "flac"]);
+    encode(&planted.join("drift.flac"), &["-c:a", "flac"]);
+    let imported = import(&env, &root);
+    let id_of = |name: &str| {
+        imported
+            .iter()
+            .find(|(_, path)| path.ends_with(name))
+            .map(|(id, _)| *id)
+            .unwrap_or_else(|| panic!("{name} not imported"))
+    };
+    // Planted in the catalogue and the cache, not on disk.
+    let missing = env
+        .insert(&root.join("planted/gone.mp3").display().to_string())
+        .await;
+    let outside = env.insert(&env.config_file.display().to_string()).await;
+    // Another spelling of the same file (import's unique index is on the path text).
+    let duplicate = env
+        .insert(&format!("{}//dup.flac", planted.display()))
+        .await;
+    env.tracks
+        .update_one(
+            doc! { "_id": id_of("drift.flac") },
+            doc! { "$set": { "size": Bson::Int64(1) } },
+        )
+        .await
+        .expect("drift");
+    // Written after import, so no document names it.
+    encode(&planted.join("orphan.ogg"), &["-c:a", "libvorbis"]);
+    let reindex = env
+        .command("musicctl")
+        .arg("reindex")
+        .output()
+        .expect("reindex");
+    assert!(reindex.status.success());
+    let stale_path = id_of("clean.mp3");
+    let negative = id_of("clean.flac");
+    {
+        let mut conn = env
+            .redis
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis");
+        let _: () = redis::cmd("SET")
+            .arg(env.key(&stale_path))
+            .arg("/somewhere/else.mp3")
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+        let _: () = redis::cmd("SET")
+            .arg(env.key(&negative))
+            .arg("")
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+    }
+
+    let (code, report) = verify(&env, &[]);
+    let findings = report["findings"].as_array().expect("findings").clone();
+    let has = |kind: &str, id: Option<ObjectId>, path_end: &str| {
+        findings.iter().any(|f| {
+            f["kind"] == kind
+                && f["id"] == id.map_or(serde_json::Value::Null, |i| i.to_hex().into())
+                && f["path"].as_str().is_some_and(|p| p.ends_with(path_end))
+        })
+    };
+    let expected: Vec<(&str, Option<ObjectId>, &str)> = vec![
+        ("missing", Some(missing), "gone.mp3"),
+        ("outside_roots", Some(outside), "musicd.toml"),
+        ("empty", Some(id_of("empty.mp3")), "empty.mp3"),
+        (
+            "type_mismatch",
+            Some(id_of("wav_named.mp3")),
+            "wav_named.mp3",
+        ),
+        ("truncated", Some(id_of("cut.wav")), "cut.wav"),
+        ("truncated", Some(id_of("cut.m4a")), "cut.m4a"),
+        ("duplicate", Some(id_of("dup.flac")), "dup.flac"),
+        ("duplicate", Some(duplicate), "dup.flac"),
+        ("orphan", None, "orphan.ogg"),
+        ("cache_stale", Some(stale_path), "else.mp3"),
+        ("cache_stale", Some(negative), ""),
+        ("slow_start", Some(id_of("slow.m4a")), "slow.m4a"),
+        ("no_seek_table", Some(id_of("vbr.mp3")), "vbr.mp3"),
+        ("size_drift", Some(id_of("drift.flac")), "drift.flac"),
+    ];
+    for (kind, id, path) in &expected {
+        assert!(has(kind, *id, path), "no {kind} for {path}: {report:#}");
+    }
+    // `empty` implies neither a mismatch nor truncation; `missing` nothing else.
+    for id in [id_of("empty.mp3"), missing] {
+        let about: Vec<_> = findings
+            .iter()
+            .filter(|f| f["id"] == id.to_hex().as_str())
+            .collect();
+        assert_eq!(about.len(), 1, "{about:?}");
+    }
+    // Nothing about the clean files but the two cache entries planted on them.
+    for path in &clean {
+        let about: Vec<_> = findings
+            .iter()
+            .filter(|f| {
+                f["path"] == path.display().to_string().as_str() && f["kind"] != "cache_stale"
+            })
+            .collect();
+        assert!(about.is_empty(), "{path:?}: {about:?}");
+    }
+    assert_eq!(findings.len(), expected.len(), "{report:#}");
+    assert_eq!(report["counts"]["truncated"], 2);
+    assert_eq!(code, 1);
+}
