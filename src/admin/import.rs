@@ -68,6 +68,14 @@ pub async fn import(backends: &Backends, dir: &Path) -> Result<ImportReport, Adm
         )));
     }
     let files = audio_files(&dir)?;
+    import_files(backends, &files).await
+}
+
+/// Imports these files (canonical paths under a media root), as [`import`] does.
+pub async fn import_files(
+    backends: &Backends,
+    files: &[PathBuf],
+) -> Result<ImportReport, AdminError> {
     let collection = backends.store.collection();
     let field = backends.store.path_field();
     collection

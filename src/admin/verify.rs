@@ -12,7 +12,11 @@
 //!
 //! The shallow pass reads a few KiB per file (up to 256 KiB of an mp3 without a seek
 //! table, to see whether its bitrate varies). Decoding every file to its end (`--deep`)
-//! and the safe repairs (`--fix`) are not built yet.
+//! is not built yet.
+//!
+//! [`fix`] makes the safe repairs only: it removes stale cache entries (the next request
+//! reads the document through) and imports orphans. Anything that needs a decision
+//! (a missing file, a duplicate, a mismatched type) is left to the operator.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -145,6 +149,69 @@ impl VerifyReport {
         ));
         out
     }
+}
+
+/// What [`fix`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Fixed {
+    /// Stale cache entries removed.
+    pub pruned: u64,
+    /// Orphans imported.
+    pub imported: u64,
+}
+
+impl VerifyReport {
+    /// The safe repairs `fix` would make: stale entries to remove, orphans to import.
+    pub fn repairs(&self) -> (Vec<ObjectId>, Vec<PathBuf>) {
+        let stale = self
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::CacheStale)
+            .filter_map(|f| f.id.as_deref().and_then(|id| ObjectId::parse_str(id).ok()))
+            .collect();
+        let orphans = self
+            .findings
+            .iter()
+            .filter(|f| f.kind == Kind::Orphan)
+            .map(|f| PathBuf::from(&f.path))
+            .collect();
+        (stale, orphans)
+    }
+
+    /// The exit code once `fixed` was done: repaired findings no longer count.
+    pub fn exit_code_after(&self, fixed: &Fixed, strict: bool) -> u8 {
+        let (stale, orphans) = self.repairs();
+        let repaired = |kind: Kind| match kind {
+            Kind::CacheStale => fixed.pruned >= stale.len() as u64,
+            Kind::Orphan => fixed.imported >= orphans.len() as u64,
+            _ => false,
+        };
+        let failing = self
+            .findings
+            .iter()
+            .any(|f| !repaired(f.kind) && (strict || !f.kind.is_warning()));
+        u8::from(failing)
+    }
+}
+
+/// Makes the safe repairs of a report: removes its stale cache entries (deleting an entry
+/// is always safe: the next request reads the document through) and imports its orphans.
+pub async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fixed, AdminError> {
+    let (stale, orphans) = report.repairs();
+    let mut fixed = Fixed::default();
+    for id in &stale {
+        backends
+            .cache
+            .forget(id)
+            .await
+            .map_err(|crate::catalog::cache::CacheError::Link(err)| AdminError::Redis(err))?;
+        fixed.pruned += 1;
+    }
+    if !orphans.is_empty() {
+        let imported = super::import::import_files(backends, &orphans).await?;
+        fixed.imported = (imported.inserted.len() + imported.already_present) as u64;
+    }
+    Ok(fixed)
 }
 
 /// How to verify.

@@ -145,6 +145,13 @@ enum Command {
         /// Print `{"checked", "counts", "findings"}` as JSON (no progress output).
         #[arg(long)]
         json: bool,
+        /// Make the safe repairs: remove stale cache entries, import orphans. Shows what
+        /// it would do unless `--yes` is given too.
+        #[arg(long)]
+        fix: bool,
+        /// With `--fix`: do it.
+        #[arg(long, requires = "fix")]
+        yes: bool,
     },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
@@ -306,7 +313,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 follower.run(musicd::daemon::stop_signal()).await;
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Verify { strict, batch, json } => {
+            Command::Verify { strict, batch, json, fix, yes } => {
                 let options = admin::verify::VerifyOptions { batch: batch.max(1) };
                 let mut progress = Progress::new(json);
                 let report = admin::verify::verify(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
@@ -314,12 +321,26 @@ fn run() -> anyhow::Result<ExitCode> {
                 })
                 .await?;
                 progress.finish();
+                let fixed = if fix && yes { Some(admin::verify::fix(&backends, &report).await?) } else { None };
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
+                    let mut value = serde_json::to_value(&report)?;
+                    if let Some(fixed) = &fixed {
+                        value["fixed"] = serde_json::to_value(fixed)?;
+                    }
+                    println!("{}", serde_json::to_string_pretty(&value)?);
                 } else {
                     print!("{}", report.render());
+                    let (stale, orphans) = report.repairs();
+                    match &fixed {
+                        Some(fixed) => println!("fixed: removed {} stale cache entries, imported {} orphans", fixed.pruned, fixed.imported),
+                        None if fix => println!("--fix would remove {} stale cache entries and import {} orphans (add --yes to do it)", stale.len(), orphans.len()),
+                        None => {}
+                    }
                 }
-                Ok(ExitCode::from(report.exit_code(strict)))
+                Ok(ExitCode::from(match &fixed {
+                    Some(fixed) => report.exit_code_after(fixed, strict),
+                    None => report.exit_code(strict),
+                }))
             }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;

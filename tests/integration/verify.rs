@@ -261,4 +261,22 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
     assert_eq!(findings.len(), expected.len(), "{report:#}");
     assert_eq!(report["counts"]["truncated"], 2);
     assert_eq!(code, 1);
+
+    // `--fix` alone changes nothing; with `--yes` it removes the stale entries and imports
+    // the orphan, and the next run finds neither (the rest is the operator's to decide).
+    let (_, shown) = verify(&env, &["--fix"]);
+    assert_eq!(shown["counts"], report["counts"]);
+    let (code, fixed) = verify(&env, &["--fix", "--yes"]);
+    assert_eq!(fixed["fixed"]["pruned"], 2, "{fixed:#}");
+    assert_eq!(fixed["fixed"]["imported"], 1, "{fixed:#}");
+    assert_eq!(code, 1, "what --fix does not repair still fails the run");
+    let (_, after) = verify(&env, &[]);
+    assert!(after["counts"].get("cache_stale").is_none(), "{after:#}");
+    assert!(after["counts"].get("orphan").is_none(), "{after:#}");
+    assert_eq!(after["checked"], report["checked"].as_u64().expect("n") + 1);
+    assert_eq!(
+        after["findings"].as_array().map(Vec::len),
+        Some(expected.len() - 3),
+        "{after:#}"
+    );
 }
