@@ -155,6 +155,26 @@ fn track_document(id: ObjectId, field: &str, path: &Path) -> Result<Document, Ad
     if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
         document.insert("title", stem.replace('_', " "));
     }
+    // What players and reports need, as the file's own headers declare it. A file symphonia
+    // cannot read is still imported (it is served by its extension), without these.
+    let extension = path.extension().and_then(|e| e.to_str());
+    let facts = std::fs::File::open(path)
+        .map_err(|e| e.to_string())
+        .and_then(|file| crate::media::probe::stream_facts(file, extension, metadata.len()));
+    if let Ok(facts) = facts {
+        if let Some(codec) = facts.codec {
+            document.insert("codec", codec);
+        }
+        if let Some(duration) = facts.duration {
+            document.insert("duration", duration);
+        }
+        if let Some(rate) = facts.sample_rate {
+            document.insert("sample_rate", i64::from(rate));
+        }
+        if let Some(bitrate) = facts.bitrate {
+            document.insert("bitrate", i64::try_from(bitrate).unwrap_or(i64::MAX));
+        }
+    }
     Ok(document)
 }
 

@@ -11,8 +11,10 @@
 //!   `reindex --prune` uses.
 //!
 //! The shallow pass reads a few KiB per file (up to 256 KiB of an mp3 without a seek
-//! table, to see whether its bitrate varies). Decoding every file to its end (`--deep`)
-//! is not built yet.
+//! table, to see whether its bitrate varies). `--deep` also demuxes every file to its end
+//! (`symphonia`): a stream that breaks, or holds fewer sample frames than its container
+//! declares, is `truncated` (a FLAC cut short, say, which no header check sees). Each
+//! batch is shared between the cores.
 //!
 //! [`fix`] makes the safe repairs only: it removes stale cache entries (the next request
 //! reads the document through) and imports orphans. Anything that needs a decision
@@ -219,6 +221,8 @@ pub async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fixed, Ad
 pub struct VerifyOptions {
     /// Documents per batch.
     pub batch: usize,
+    /// Also demux every file to its end (`--deep`).
+    pub deep: bool,
 }
 
 /// Progress, for a progress line.
@@ -258,7 +262,8 @@ pub async fn verify(
         .projection(doc! { &field: 1, "size": 1, "mtime": 1 })
         .batch_size(u32::try_from(batch_size).unwrap_or(u32::MAX))
         .await?;
-    let mut checking: Option<tokio::task::JoinHandle<Vec<Checked>>> = None;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let mut checking: Option<tokio::task::JoinHandle<Result<Vec<Checked>, String>>> = None;
     let mut exhausted = false;
     while !exhausted || checking.is_some() {
         let mut next = None;
@@ -274,17 +279,20 @@ pub async fn verify(
             report.checked += batch.len() as u64;
             if !batch.is_empty() {
                 let (roots, field) = (backends.roots.clone(), field.clone());
-                next = Some(tokio::task::spawn_blocking(move || {
-                    batch
-                        .into_iter()
-                        .filter_map(|document| check_document(&roots, &field, &document))
-                        .collect()
-                }));
+                next = Some(tokio::spawn(check_batch(
+                    roots,
+                    field,
+                    batch,
+                    options.deep,
+                    cores,
+                )));
             }
         }
         if let Some(previous) = checking.take() {
             let checked = previous
                 .await
+                .map_err(|e| e.to_string())
+                .and_then(|checked| checked)
                 .map_err(|e| AdminError::Usage(format!("file check failed: {e}")))?;
             for file in checked {
                 report.findings.extend(file.findings);
@@ -359,9 +367,45 @@ pub async fn verify(
     Ok(report)
 }
 
+/// A batch's files, checked on the blocking pool in one share per core: the work is
+/// opening and reading files (and with `deep`, demuxing them), which parallelises.
+async fn check_batch(
+    roots: MediaRoots,
+    field: String,
+    batch: Vec<Document>,
+    deep: bool,
+    cores: usize,
+) -> Result<Vec<Checked>, String> {
+    let share = batch.len().div_ceil(cores.max(1)).max(1);
+    let roots = std::sync::Arc::new(roots);
+    let field = std::sync::Arc::new(field);
+    let mut batch = batch;
+    let mut shares = Vec::new();
+    while !batch.is_empty() {
+        let rest = batch.split_off(share.min(batch.len()));
+        let mine = std::mem::replace(&mut batch, rest);
+        let (roots, field) = (std::sync::Arc::clone(&roots), std::sync::Arc::clone(&field));
+        shares.push(tokio::task::spawn_blocking(move || {
+            mine.iter()
+                .filter_map(|document| check_document(&roots, &field, document, deep))
+                .collect::<Vec<_>>()
+        }));
+    }
+    let mut checked = Vec::new();
+    for share in shares {
+        checked.extend(share.await.map_err(|e| e.to_string())?);
+    }
+    Ok(checked)
+}
+
 /// One document: where its path leads, and what its file is. `None` for a document
 /// without an id (nothing can name it in a report).
-fn check_document(roots: &MediaRoots, field: &str, document: &Document) -> Option<Checked> {
+fn check_document(
+    roots: &MediaRoots,
+    field: &str,
+    document: &Document,
+    deep: bool,
+) -> Option<Checked> {
     let id = document.get_object_id("_id").ok()?;
     let finding = |kind: Kind, path: &str, detail: String| Finding {
         kind,
@@ -449,7 +493,12 @@ fn check_document(roots: &MediaRoots, field: &str, document: &Document) -> Optio
     if let Some(format) = format {
         match probe::headers(&mut file.file, len, format) {
             Ok(headers) => {
-                if let Some(declared) = headers.truncated {
+                let deep_truncation = if deep && headers.truncated.is_none() {
+                    demuxed_truncation(&file)
+                } else {
+                    None
+                };
+                if let Some(declared) = headers.truncated.or(deep_truncation) {
                     checked
                         .findings
                         .push(finding(Kind::Truncated, &path, declared));
@@ -476,6 +525,21 @@ fn check_document(roots: &MediaRoots, field: &str, document: &Document) -> Optio
         }
     }
     Some(checked)
+}
+
+/// `--deep`: every packet read to the end; a stream that breaks, or holds fewer sample
+/// frames than its container declares, is truncated.
+fn demuxed_truncation(file: &crate::media::MediaFile) -> Option<String> {
+    use std::io::Seek;
+    let mut handle = file.file.try_clone().ok()?;
+    handle.seek(std::io::SeekFrom::Start(0)).ok()?;
+    let extension = file.path.extension().and_then(|e| e.to_str());
+    match probe::demux_to_end(handle, extension) {
+        Ok((demuxed, largest)) => demuxed.truncation(largest),
+        // A format symphonia does not read (WavPack, APE, DSD, MIDI, AMR, AC-3) is not
+        // judged by it.
+        Err(_) => None,
+    }
 }
 
 fn read_head(file: &mut std::fs::File, head: &mut [u8]) -> std::io::Result<usize> {

@@ -139,6 +139,10 @@ enum Command {
         /// Warnings count as findings for the exit code.
         #[arg(long)]
         strict: bool,
+        /// Also demux every file to its end (finds streams cut short that no header
+        /// declares); uses every core.
+        #[arg(long)]
+        deep: bool,
         /// Documents per batch.
         #[arg(long, default_value_t = 1000)]
         batch: usize,
@@ -313,8 +317,8 @@ fn run() -> anyhow::Result<ExitCode> {
                 follower.run(musicd::daemon::stop_signal()).await;
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Verify { strict, batch, json, fix, yes } => {
-                let options = admin::verify::VerifyOptions { batch: batch.max(1) };
+            Command::Verify { strict, deep, batch, json, fix, yes } => {
+                let options = admin::verify::VerifyOptions { batch: batch.max(1), deep };
                 let mut progress = Progress::new(json);
                 let report = admin::verify::verify(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
                     progress.update(&format!("verify: {} documents, {} findings", p.checked, p.findings));

@@ -390,6 +390,140 @@ fn mp3_headers(bytes: &[u8], len: u64, found: &mut Headers) {
     }
 }
 
+/// What a stream's own container says about it (`symphonia`), for the catalogue.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamFacts {
+    /// The codec's short name (`mp3`, `aac`, `flac`, `vorbis`, `pcm_s16le`, ...).
+    pub codec: Option<String>,
+    /// Seconds, when the container declares the length.
+    pub duration: Option<f64>,
+    /// Hertz.
+    pub sample_rate: Option<u32>,
+    /// Bits per second over the whole file, when the duration is known.
+    pub bitrate: Option<u64>,
+}
+
+/// Opens `file` with symphonia's demuxers (`extension` as a hint): the default track.
+fn open_stream(
+    file: std::fs::File,
+    extension: Option<&str>,
+) -> Result<Box<dyn symphonia::core::formats::FormatReader>, String> {
+    use symphonia::core::formats::FormatOptions;
+    use symphonia::core::io::MediaSourceStream;
+    use symphonia::core::meta::MetadataOptions;
+    use symphonia::core::probe::Hint;
+    let mut hint = Hint::new();
+    if let Some(extension) = extension {
+        hint.with_extension(extension);
+    }
+    let stream = MediaSourceStream::new(Box::new(file), Default::default());
+    symphonia::default::get_probe()
+        .format(
+            &hint,
+            stream,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
+        .map(|probed| probed.format)
+        .map_err(|e| e.to_string())
+}
+
+/// Codec, duration, sample rate and bitrate of a file of `len` bytes, from its headers.
+pub fn stream_facts(
+    file: std::fs::File,
+    extension: Option<&str>,
+    len: u64,
+) -> Result<StreamFacts, String> {
+    let format = open_stream(file, extension)?;
+    let track = format
+        .default_track()
+        .ok_or_else(|| "no audio track".to_string())?;
+    let params = &track.codec_params;
+    let codec = symphonia::default::get_codecs()
+        .get_codec(params.codec)
+        .map(|descriptor| descriptor.short_name.to_string());
+    let duration = match (params.n_frames, params.time_base, params.sample_rate) {
+        (Some(frames), Some(base), _) => {
+            let time = base.calc_time(frames);
+            Some(time.seconds as f64 + time.frac)
+        }
+        (Some(frames), None, Some(rate)) if rate > 0 => Some(frames as f64 / f64::from(rate)),
+        _ => None,
+    }
+    .filter(|seconds| *seconds > 0.0);
+    Ok(StreamFacts {
+        codec,
+        duration,
+        sample_rate: params.sample_rate,
+        bitrate: duration.map(|seconds| (len as f64 * 8.0 / seconds).round() as u64),
+    })
+}
+
+/// What demuxing a whole file found: whether its stream ends where its headers say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Demuxed {
+    /// Sample frames in the packets read.
+    pub frames: u64,
+    /// Sample frames the container declares, when it does.
+    pub declared: Option<u64>,
+    /// The stream broke before its end: why.
+    pub broken: Option<String>,
+}
+
+impl Demuxed {
+    /// A short stream or a broken one: what `verify --deep` reports as `truncated`.
+    pub fn truncation(&self, largest_packet: u64) -> Option<String> {
+        if let Some(why) = &self.broken {
+            return Some(format!(
+                "the stream breaks after {} frames: {why}",
+                self.frames
+            ));
+        }
+        let declared = self.declared?;
+        (self.frames + largest_packet < declared).then(|| {
+            format!(
+                "{} sample frames declared, {} in the file",
+                declared, self.frames
+            )
+        })
+    }
+}
+
+/// Reads every packet of the default track to the end (`verify --deep`): demuxing, not
+/// decoding, so it runs at disk speed. Returns the largest packet's length too.
+pub fn demux_to_end(
+    file: std::fs::File,
+    extension: Option<&str>,
+) -> Result<(Demuxed, u64), String> {
+    use symphonia::core::errors::Error;
+    let mut format = open_stream(file, extension)?;
+    let track = format
+        .default_track()
+        .ok_or_else(|| "no audio track".to_string())?;
+    let (id, declared) = (track.id, track.codec_params.n_frames);
+    let mut found = Demuxed {
+        declared,
+        ..Demuxed::default()
+    };
+    let mut largest = 0;
+    loop {
+        match format.next_packet() {
+            Ok(packet) if packet.track_id() == id => {
+                found.frames += packet.dur;
+                largest = largest.max(packet.dur);
+            }
+            Ok(_) => {}
+            Err(Error::IoError(err)) if err.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(Error::ResetRequired) => break,
+            Err(err) => {
+                found.broken = Some(err.to_string());
+                break;
+            }
+        }
+    }
+    Ok((found, largest))
+}
+
 fn read_at<F: Read + Seek>(file: &mut F, offset: u64, buffer: &mut [u8]) -> io::Result<usize> {
     file.seek(SeekFrom::Start(offset))?;
     let mut filled = 0;

@@ -109,6 +109,28 @@ async fn a_clean_library_has_no_findings_and_exits_0() {
     clean_files(&media(&env).join("album"));
     let imported = import(&env, &media(&env));
     assert_eq!(imported.len(), 6);
+    // Import records what players and reports need, from the files' own headers.
+    let mp3 = imported
+        .iter()
+        .find(|(_, path)| path.ends_with("clean.mp3"))
+        .map(|(id, _)| *id)
+        .expect("mp3 imported");
+    let document = env
+        .tracks
+        .find_one(doc! { "_id": mp3 })
+        .await
+        .expect("find")
+        .expect("document");
+    assert_eq!(document.get_str("codec").ok(), Some("mp3"), "{document}");
+    assert_eq!(
+        document.get_i64("sample_rate").ok(),
+        Some(44_100),
+        "{document}"
+    );
+    let duration = document.get_f64("duration").expect("duration");
+    assert!((1.9..2.2).contains(&duration), "{document}");
+    let bitrate = document.get_i64("bitrate").expect("bitrate");
+    assert!((110_000..150_000).contains(&bitrate), "{document}");
     // Cached as musicd caches them: entries that agree are not findings.
     let reindex = env
         .command("musicctl")
@@ -153,6 +175,12 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
         &["-c:a", "libmp3lame", "-q:a", "0", "-write_xing", "0"],
     );
     encode(&planted.join("dup.flac"), &["-c:a", "flac"]);
+    // Cut short where no header declares a length the shallow pass could check: only
+    // demuxing to the end (`--deep`) sees it.
+    encode(&planted.join("whole.flac"), &["-c:a", "flac"]);
+    let flac = std::fs::read(planted.join("whole.flac")).expect("flac");
+    std::fs::remove_file(planted.join("whole.flac")).expect("rm");
+    std::fs::write(planted.join("cut.flac"), &flac[..flac.len() / 2]).expect("cut flac");
     encode(&planted.join("drift.flac"), &["-c:a", "flac"]);
     let imported = import(&env, &root);
     let id_of = |name: &str| {
@@ -261,6 +289,18 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
     assert_eq!(findings.len(), expected.len(), "{report:#}");
     assert_eq!(report["counts"]["truncated"], 2);
     assert_eq!(code, 1);
+
+    // `--deep` adds what only demuxing finds, and nothing else (every core shares it).
+    let (deep_code, deep) = verify(&env, &["--deep"]);
+    let deep_findings = deep["findings"].as_array().expect("findings");
+    assert!(
+        deep_findings
+            .iter()
+            .any(|f| f["kind"] == "truncated" && f["id"] == id_of("cut.flac").to_hex().as_str()),
+        "{deep:#}"
+    );
+    assert_eq!(deep_findings.len(), expected.len() + 1, "{deep:#}");
+    assert_eq!(deep_code, 1);
 
     // `--fix` alone changes nothing; with `--yes` it removes the stale entries and imports
     // the orphan, and the next run finds neither (the rest is the operator's to decide).
