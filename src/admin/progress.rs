@@ -1,9 +1,11 @@
-//! Progress output for long commands: a self-overwriting line on a terminal, a plain line
-//! every few seconds otherwise (logs and pipes get no carriage returns), nothing with
-//! `--json` so scripts read only the final report.
+//! Progress output for long commands: an `indicatif` bar (or spinner, when the total is
+//! not known) on a terminal, a plain line every few seconds otherwise (logs and pipes get
+//! no control characters), nothing with `--json` so scripts read only the final report.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Where progress goes (stderr).
 pub struct Progress {
@@ -12,20 +14,40 @@ pub struct Progress {
     started: Instant,
 }
 
-#[derive(PartialEq, Eq)]
 enum Mode {
-    Terminal,
+    Terminal(ProgressBar),
     Lines,
     Quiet,
 }
 
 impl Progress {
-    /// Terminal line if stderr is a terminal, plain lines otherwise, nothing if `quiet`.
+    /// A spinner with a message if stderr is a terminal, plain lines otherwise, nothing
+    /// if `quiet`.
     pub fn new(quiet: bool) -> Progress {
+        Progress::with_total(quiet, None)
+    }
+
+    /// The same with a bar towards `total` (when known).
+    pub fn with_total(quiet: bool, total: Option<u64>) -> Progress {
         let mode = if quiet {
             Mode::Quiet
         } else if std::io::stderr().is_terminal() {
-            Mode::Terminal
+            let bar = match total {
+                Some(total) => ProgressBar::with_draw_target(
+                    Some(total),
+                    ProgressDrawTarget::stderr_with_hz(10),
+                )
+                .with_style(
+                    ProgressStyle::with_template("{bar:30} {pos}/{len} {per_sec} eta {eta} {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ),
+                None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
+                    .with_style(
+                        ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                    ),
+            };
+            Mode::Terminal(bar)
         } else {
             Mode::Lines
         };
@@ -36,34 +58,43 @@ impl Progress {
         }
     }
 
-    /// Reports `text` (with the elapsed time), rate-limited.
+    /// Reports `text`, rate-limited.
     pub fn update(&mut self, text: &str) {
-        let every = match self.mode {
-            Mode::Quiet => return,
-            Mode::Terminal => Duration::from_millis(100),
-            Mode::Lines => Duration::from_secs(5),
-        };
-        if self.last.is_some_and(|t| t.elapsed() < every) {
-            return;
-        }
-        // Short runs print no progress at all into logs, only their final report.
-        if self.mode == Mode::Lines && self.started.elapsed() < Duration::from_secs(2) {
-            return;
-        }
-        self.last = Some(Instant::now());
-        let elapsed = self.started.elapsed().as_secs_f64();
-        let mut err = std::io::stderr().lock();
-        let _ = match self.mode {
-            Mode::Terminal => write!(err, "\r\x1b[K{text} ({elapsed:.1}s)"),
-            _ => writeln!(err, "{text} ({elapsed:.1}s)"),
-        };
-        let _ = err.flush();
+        self.advance(None, text);
     }
 
-    /// Ends the progress line.
+    /// Reports the position towards the total, and `text`.
+    pub fn advance(&mut self, position: Option<u64>, text: &str) {
+        match &self.mode {
+            Mode::Quiet => {}
+            Mode::Terminal(bar) => {
+                if let Some(position) = position {
+                    bar.set_position(position);
+                }
+                bar.set_message(text.to_string());
+            }
+            Mode::Lines => {
+                let every = Duration::from_secs(5);
+                if self.last.is_some_and(|t| t.elapsed() < every) {
+                    return;
+                }
+                // Short runs print no progress at all into logs, only their final report.
+                if self.started.elapsed() < Duration::from_secs(2) {
+                    return;
+                }
+                self.last = Some(Instant::now());
+                let elapsed = self.started.elapsed().as_secs_f64();
+                let mut err = std::io::stderr().lock();
+                let _ = writeln!(err, "{text} ({elapsed:.1}s)");
+                let _ = err.flush();
+            }
+        }
+    }
+
+    /// Ends the progress output (the bar is cleared).
     pub fn finish(&mut self) {
-        if self.mode == Mode::Terminal && self.last.is_some() {
-            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        if let Mode::Terminal(bar) = &self.mode {
+            bar.finish_and_clear();
         }
     }
 }

@@ -319,9 +319,10 @@ fn run() -> anyhow::Result<ExitCode> {
             }
             Command::Verify { strict, deep, batch, json, fix, yes } => {
                 let options = admin::verify::VerifyOptions { batch: batch.max(1), deep };
-                let mut progress = Progress::new(json);
+                let total = backends.store.collection().estimated_document_count().await.ok();
+                let mut progress = Progress::with_total(json, total);
                 let report = admin::verify::verify(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
-                    progress.update(&format!("verify: {} documents, {} findings", p.checked, p.findings));
+                    progress.advance(Some(p.checked), &format!("verify: {} documents, {} findings", p.checked, p.findings));
                 })
                 .await?;
                 progress.finish();
