@@ -320,3 +320,63 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
         "{after:#}"
     );
 }
+
+/// A file the user verify runs as cannot open is `unreadable` (as root, which reads
+/// everything, verify runs as `nobody` through `setpriv`, the way an operator runs it as
+/// musicd's user).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_its_user_cannot_open_is_unreadable() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    let dir = media(&env).join("locked");
+    clean_files(&dir);
+    let imported = import(&env, &media(&env));
+    let locked = dir.join("clean.flac");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).expect("chmod");
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut command = if root {
+        // Everything else must be readable by `nobody`: the test's own tree is 0700.
+        for path in [env.dir.path(), &media(&env), &dir] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        for entry in std::fs::read_dir(&dir).expect("dir").flatten() {
+            if entry.path() != locked {
+                std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o644))
+                    .expect("chmod");
+            }
+        }
+        std::fs::set_permissions(&env.config_file, std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(crate::harness::bin("musicctl"));
+        command
+    } else {
+        Command::new(crate::harness::bin("musicctl"))
+    };
+    command
+        .env_clear()
+        .arg("--config")
+        .arg(&env.config_file)
+        .args(["verify", "--json"]);
+    let output = command.output().expect("musicctl verify");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+    let id = imported
+        .iter()
+        .find(|(_, path)| path.ends_with("clean.flac"))
+        .map(|(id, _)| id.to_hex())
+        .expect("flac imported");
+    let findings = report["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "{report:#}");
+    assert_eq!(findings[0]["kind"], "unreadable", "{report:#}");
+    assert_eq!(findings[0]["id"], id.as_str());
+    assert_eq!(output.status.code(), Some(1));
+}
