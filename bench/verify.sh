@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# musicctl verify's shallow pass over a large library: files per second and peak memory.
+# musicctl verify over a large library, the shallow pass and --deep: files per second and
+# peak memory.
 #   bench/verify.sh [TRACKS] [ROUNDS]      (defaults: 100000 tracks, 3 rounds)
 # Builds a library of TRACKS real files (one encoded mp3, m4a, flac and ogg, hard-linked
 # under TRACKS names: each name is its own path to check), imports it, caches it, then
-# times `musicctl verify --json` (catalogue, disk and cache) with the page cache warm.
+# times `musicctl verify --json` and `musicctl verify --deep --json` (catalogue, disk and
+# cache) with the page cache warm.
 # Starts its own redis-server and mongod on free loopback ports in a temp dir; writes
 # bench/results/verify.md.
 set -euo pipefail
@@ -36,7 +38,7 @@ mongo_pid=$!
 for _ in $(seq 200); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
 for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$mport") 2>/dev/null && break; sleep 0.1; done
 
-tone="sine=frequency=440:duration=30"
+tone="sine=frequency=440:duration=10"
 ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a libmp3lame -b:a 192k "$work/src/a.mp3"
 ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a aac -b:a 128k -movflags +faststart "$work/src/a.m4a"
 ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a flac "$work/src/a.flac"
@@ -67,23 +69,30 @@ measure() {
   echo "$secs $((kb / 1024))"
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-declare -a times mems rates
-for r in $(seq "$rounds"); do
-  read -r t m < <(measure "$ctl verify --json > $work/verify.json")
-  checked=$(python3 -c "import json;print(json.load(open('$work/verify.json'))['checked'])")
-  found=$(python3 -c "import json;print(len(json.load(open('$work/verify.json'))['findings']))")
-  [ "$checked" = "$n" ] || { echo "verify checked $checked of $n"; exit 1; }
-  [ "$found" = 0 ] || { echo "verify found $found findings in a clean library"; exit 1; }
-  times+=("$t"); mems+=("$m"); rates+=("$(python3 -c "print(round($n/$t))")")
-  echo "round $r verify: ${t}s ${m} MiB" >&2
-done
+run() { # LABEL FLAGS: medians of ROUNDS runs of verify FLAGS, as a table row
+  local label=$1 flags=$2
+  local -a times=() mems=() rates=()
+  for r in $(seq "$rounds"); do
+    read -r t m < <(measure "$ctl verify $flags --json > $work/verify.json")
+    checked=$(python3 -c "import json;print(json.load(open('$work/verify.json'))['checked'])")
+    found=$(python3 -c "import json;print(len(json.load(open('$work/verify.json'))['findings']))")
+    [ "$checked" = "$n" ] || { echo "verify checked $checked of $n" >&2; exit 1; }
+    [ "$found" = 0 ] || { echo "verify found $found findings in a clean library" >&2; exit 1; }
+    times+=("$t"); mems+=("$m"); rates+=("$(python3 -c "print(round($n/$t))")")
+    echo "round $r verify $flags: ${t}s ${m} MiB" >&2
+  done
+  echo "| $label | $(printf '%s\n' "${times[@]}" | median) | $(printf '%s\n' "${rates[@]}" | median) (spread $(printf '%s\n' "${rates[@]}" | sort -n | head -1)-$(printf '%s\n' "${rates[@]}" | sort -n | tail -1)) | $(printf '%s\n' "${mems[@]}" | median) |"
+}
+shallow=$(run "\`musicctl verify\` (catalogue + disk + cache)" "")
+deep=$(run "\`musicctl verify --deep\` (every file demuxed to its end)" "--deep")
 mkdir -p bench/results
 {
-  echo "# musicctl verify, shallow pass"
+  echo "# musicctl verify"
   echo
-  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $n tracks (30 s mp3, m4a, flac, ogg hard-linked under $n names), every one imported and cached; page cache warm; medians of $rounds rounds (spread: $(printf '%s ' "${rates[@]}")files/s)."
+  echo "$(date -u +%Y-%m-%d), $(nproc) cores; $n tracks (10 s mp3, m4a, flac, ogg hard-linked under $n names), every one imported and cached; page cache warm; medians of $rounds rounds."
   echo
   echo "| task | wall time (s) | files/s | peak RSS (MiB) |"
   echo "|---|---|---|---|"
-  echo "| \`musicctl verify --json\` (catalogue + disk + cache) | $(printf '%s\n' "${times[@]}" | median) | $(printf '%s\n' "${rates[@]}" | median) | $(printf '%s\n' "${mems[@]}" | median) |"
+  echo "$shallow"
+  echo "$deep"
 } | tee bench/results/verify.md
