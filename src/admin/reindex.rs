@@ -89,27 +89,13 @@ pub async fn reindex(
         dry_run: options.dry_run,
         ..ReindexReport::default()
     };
-    let mut cursor = backends
-        .store
-        .collection()
-        .find(doc! {})
-        .projection(doc! { &field: 1 })
-        .batch_size(u32::try_from(batch_size).unwrap_or(u32::MAX))
-        .await?;
+    let mut batches = CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size).await?;
     // One batch is checked on the blocking pool while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Vec<Verdict>>> = None;
-    let mut exhausted = false;
-    while !exhausted || checking.is_some() {
+    while !batches.exhausted() || checking.is_some() {
         let mut next = None;
-        if !exhausted {
-            let mut batch = Vec::with_capacity(batch_size);
-            while batch.len() < batch_size {
-                match cursor.try_next().await? {
-                    Some(document) => batch.push(document),
-                    None => break,
-                }
-            }
-            exhausted = batch.len() < batch_size;
+        if !batches.exhausted() {
+            let batch = batches.next().await?;
             report.documents += batch.len() as u64;
             if !batch.is_empty() {
                 let roots = backends.roots.clone();
@@ -145,6 +131,54 @@ pub async fn reindex(
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The whole catalogue, read from one cursor a batch at a time: memory stays flat for
+/// any collection size (`reindex`, `verify`).
+pub struct CatalogueBatches {
+    cursor: mongodb::Cursor<Document>,
+    size: usize,
+    exhausted: bool,
+}
+
+impl CatalogueBatches {
+    /// A cursor over every document, with only the fields of `projection`.
+    pub async fn open(
+        backends: &Backends,
+        projection: Document,
+        size: usize,
+    ) -> Result<CatalogueBatches, AdminError> {
+        let cursor = backends
+            .store
+            .collection()
+            .find(doc! {})
+            .projection(projection)
+            .batch_size(u32::try_from(size).unwrap_or(u32::MAX))
+            .await?;
+        Ok(CatalogueBatches {
+            cursor,
+            size: size.max(1),
+            exhausted: false,
+        })
+    }
+
+    /// Whether the last batch was read.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+
+    /// The next batch: full, or short (and then the last).
+    pub async fn next(&mut self) -> Result<Vec<Document>, AdminError> {
+        let mut batch = Vec::with_capacity(self.size);
+        while batch.len() < self.size {
+            match self.cursor.try_next().await? {
+                Some(document) => batch.push(document),
+                None => break,
+            }
+        }
+        self.exhausted = batch.len() < self.size;
+        Ok(batch)
+    }
 }
 
 fn classify(roots: &MediaRoots, field: &str, batch: Vec<Document>) -> Vec<Verdict> {

@@ -25,12 +25,11 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
-use futures_util::TryStreamExt;
 use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Bson, Document, doc};
 use serde::Serialize;
 
-use super::reindex::{self, OnStale, ReindexOptions, ReindexReport};
+use super::reindex::{self, CatalogueBatches, OnStale, ReindexOptions, ReindexReport};
 use super::{AdminError, Backends};
 use crate::catalog::mongo::{StoredPath, stored_path};
 use crate::media::probe::{self, Format};
@@ -255,27 +254,15 @@ pub async fn verify(
     let field = backends.store.path_field().to_string();
     let mut report = VerifyReport::default();
     let mut named: HashMap<PathBuf, Vec<(ObjectId, String)>> = HashMap::new();
-    let mut cursor = backends
-        .store
-        .collection()
-        .find(doc! {})
-        .projection(doc! { &field: 1, "size": 1, "mtime": 1 })
-        .batch_size(u32::try_from(batch_size).unwrap_or(u32::MAX))
-        .await?;
+    let projection = doc! { &field: 1, "size": 1, "mtime": 1 };
+    let mut batches = CatalogueBatches::open(backends, projection, batch_size).await?;
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    // One batch is checked while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Result<Vec<Checked>, String>>> = None;
-    let mut exhausted = false;
-    while !exhausted || checking.is_some() {
+    while !batches.exhausted() || checking.is_some() {
         let mut next = None;
-        if !exhausted {
-            let mut batch = Vec::with_capacity(batch_size);
-            while batch.len() < batch_size {
-                match cursor.try_next().await? {
-                    Some(document) => batch.push(document),
-                    None => break,
-                }
-            }
-            exhausted = batch.len() < batch_size;
+        if !batches.exhausted() {
+            let batch = batches.next().await?;
             report.checked += batch.len() as u64;
             if !batch.is_empty() {
                 let (roots, field) = (backends.roots.clone(), field.clone());

@@ -171,7 +171,7 @@ async fn concurrent_misses_for_one_id_cost_one_mongodb_query() {
 /// everything recovers on SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_mongodb_costs_uncached_ids_a_503_within_the_timeout() {
-    use crate::harness::supervised::{every_thread_stopped, signal};
+    use crate::harness::supervised::{freeze, signal};
     let mongo = Server::mongo();
     let env = TestEnv::with(&shared_redis().redis_url(), &mongo.mongo_uri(), &[]).await;
     let (cached, _) = env.track("cached.mp3", b"cached bytes").await;
@@ -180,15 +180,7 @@ async fn a_hung_mongodb_costs_uncached_ids_a_503_within_the_timeout() {
     // Asked once: in Redis, and a pooled connection to MongoDB is open.
     assert_eq!(fetch(&server.track_url(&cached)).await.0, StatusCode::OK);
     let pid = mongo.pid().expect("mongod runs");
-    signal(pid, libc::SIGSTOP);
-    let stopped = std::time::Instant::now();
-    while !every_thread_stopped(pid) {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(5),
-            "SIGSTOP not taken"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    freeze(pid).await;
     let asked = std::time::Instant::now();
     let (status, headers, _) = fetch(&server.track_url(&uncached)).await;
     let waited = asked.elapsed();
@@ -256,7 +248,7 @@ async fn a_hung_mongodb_costs_uncached_ids_a_503_within_the_timeout() {
 /// used again on SIGCONT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_redis_is_waited_for_once_not_per_request() {
-    use crate::harness::supervised::{every_thread_stopped, signal};
+    use crate::harness::supervised::{freeze, signal};
     let redis = Server::redis();
     let env = TestEnv::with(&redis.redis_url(), &shared_mongo().mongo_uri(), &[]).await;
     let mut ids = Vec::new();
@@ -270,15 +262,7 @@ async fn a_hung_redis_is_waited_for_once_not_per_request() {
     let server = env.musicd().await;
     assert_eq!(fetch(&server.track_url(&ids[0])).await.0, StatusCode::OK);
     let pid = redis.pid().expect("redis runs");
-    signal(pid, libc::SIGSTOP);
-    let stopped = std::time::Instant::now();
-    while !every_thread_stopped(pid) {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(5),
-            "SIGSTOP not taken"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    freeze(pid).await;
     // Every id (none of them but the first is in this process's memory) is served.
     let asked = std::time::Instant::now();
     for (i, id) in ids.iter().enumerate() {

@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::harness::load::hammer;
-use crate::harness::supervised::{Supervised, alive, every_thread_stopped, signal};
+use crate::harness::supervised::{Supervised, alive, freeze, signal};
 use crate::harness::{TestEnv, client, free_port, http_get, pattern};
 use reqwest::StatusCode;
 
@@ -544,19 +544,12 @@ async fn a_hung_worker_is_replaced_by_the_watchdog() {
     let daemon = Supervised::start(&env);
     let hung = daemon.worker_pid().expect("worker");
     let base = daemon.base_url();
-    signal(hung, libc::SIGSTOP);
-    let stopped = Instant::now();
     // A thread may still finish an accept before the stop reaches it, and a connection
     // the hung worker has accepted dies with it (reset when the watchdog kills it): that
     // is what a hang costs the requests it already held. Only once every thread is
     // stopped does a new connection wait in the kernel's queue for the replacement.
-    while !every_thread_stopped(hung) {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(5),
-            "SIGSTOP not taken"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    freeze(hung).await;
+    let stopped = Instant::now();
     // Connects at once (the kernel queues it) and is answered by the replacement.
     let response = reqwest::Client::new()
         .get(format!("{base}/healthz"))

@@ -205,16 +205,7 @@ impl TestEnv {
 
     /// Raw Redis value of an id's key.
     pub async fn cached(&self, id: &ObjectId) -> Option<Vec<u8>> {
-        let mut conn = self
-            .redis
-            .get_multiplexed_async_connection()
-            .await
-            .expect("redis connection");
-        redis::cmd("GET")
-            .arg(self.key(id))
-            .query_async(&mut conn)
-            .await
-            .expect("redis GET")
+        self.redis_get(&self.key(id)).await
     }
 
     /// The most common start: a world over the shared servers holding one track, and

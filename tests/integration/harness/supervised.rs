@@ -97,7 +97,6 @@ impl<'a> Supervised<'a> {
     }
 }
 
-/// Sends a signal to a pid.
 /// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
 pub fn every_thread_stopped(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -118,6 +117,21 @@ pub fn every_thread_stopped(pid: i32) -> bool {
     any
 }
 
+/// Stops `pid` with SIGSTOP and waits (at most 5 s) until every thread of it is stopped: a
+/// thread may finish an `accept` or a reply before the stop takes it.
+pub async fn freeze(pid: i32) {
+    signal(pid, libc::SIGSTOP);
+    let asked = std::time::Instant::now();
+    while !every_thread_stopped(pid) {
+        assert!(
+            asked.elapsed() < std::time::Duration::from_secs(5),
+            "SIGSTOP not taken"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Sends a signal to a pid.
 pub fn signal(pid: i32, signal: i32) {
     // SAFETY: kill(2) with plain integers.
     unsafe {
