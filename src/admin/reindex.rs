@@ -119,13 +119,14 @@ pub async fn reindex(
         checking = next;
     }
     if options.prune {
-        prune(
+        scan_stale(
             backends,
             target,
             timeout,
             options,
             &mut report,
             &mut progress,
+            OnStale::Remove,
         )
         .await?;
     }
@@ -246,26 +247,6 @@ pub enum OnStale<'a> {
     Remove,
     /// Keep them for a report.
     Collect(&'a mut Vec<StaleEntry>),
-}
-
-async fn prune(
-    backends: &Backends,
-    target: &RedisTarget,
-    timeout: Duration,
-    options: &ReindexOptions,
-    report: &mut ReindexReport,
-    progress: &mut impl FnMut(ReindexProgress),
-) -> Result<(), AdminError> {
-    scan_stale(
-        backends,
-        target,
-        timeout,
-        options,
-        report,
-        progress,
-        OnStale::Remove,
-    )
-    .await
 }
 
 /// Scans every cache entry (each master of a cluster) and checks it against MongoDB and

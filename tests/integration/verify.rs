@@ -6,7 +6,7 @@ use std::process::Command;
 
 use mongodb::bson::{Bson, doc, oid::ObjectId};
 
-use crate::harness::{TestEnv, shared_mongo, shared_redis};
+use crate::harness::TestEnv;
 
 /// Encodes two seconds of a tone into `path` with ffmpeg; `args` choose codec and
 /// container.
@@ -100,12 +100,7 @@ fn media(env: &TestEnv) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_library_has_no_findings_and_exits_0() {
-    let env = TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_mongo().mongo_uri(),
-        &[],
-    )
-    .await;
+    let env = TestEnv::new().await;
     clean_files(&media(&env).join("album"));
     let imported = import(&env, &media(&env));
     assert_eq!(imported.len(), 6);
@@ -146,12 +141,7 @@ async fn a_clean_library_has_no_findings_and_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_planted_finding_is_reported_with_its_kind_and_id() {
-    let env = TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_mongo().mongo_uri(),
-        &[],
-    )
-    .await;
+    let env = TestEnv::new().await;
     let root = media(&env);
     let clean = clean_files(&root.join("clean"));
     let planted = root.join("planted");
@@ -327,12 +317,7 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_its_user_cannot_open_is_unreadable() {
     use std::os::unix::fs::PermissionsExt;
-    let env = TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_mongo().mongo_uri(),
-        &[],
-    )
-    .await;
+    let env = TestEnv::new().await;
     let dir = media(&env).join("locked");
     clean_files(&dir);
     let imported = import(&env, &media(&env));
