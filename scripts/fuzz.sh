@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-range conditional track_id request_head connection}
+targets=${FUZZ_TARGETS:-range conditional track_id request_head connection media_probe}
 status=0
 for target in $targets; do
   mkdir -p "fuzz/corpus/$target"

@@ -306,11 +306,13 @@ pub fn headers<F: Read + Seek>(file: &mut F, len: u64, format: Format) -> io::Re
                     ));
                     break;
                 }
-                if offset + size > len {
+                // A 64-bit size is whatever the file says: no sum may overflow.
+                let end = offset.saturating_add(size);
+                if end > len {
                     found.truncated = Some(format!(
                         "atom '{}' at {offset} declares {size} bytes, {} past the end",
                         String::from_utf8_lossy(&kind),
-                        offset + size - len
+                        end - len
                     ));
                     break;
                 }
@@ -480,7 +482,7 @@ impl Demuxed {
             ));
         }
         let declared = self.declared?;
-        (self.frames + largest_packet < declared).then(|| {
+        (self.frames.saturating_add(largest_packet) < declared).then(|| {
             format!(
                 "{} sample frames declared, {} in the file",
                 declared, self.frames
@@ -509,7 +511,7 @@ pub fn demux_to_end(
     loop {
         match format.next_packet() {
             Ok(packet) if packet.track_id() == id => {
-                found.frames += packet.dur;
+                found.frames = found.frames.saturating_add(packet.dur);
                 largest = largest.max(packet.dur);
             }
             Ok(_) => {}
@@ -558,6 +560,26 @@ mod tests {
             out.extend(bytes);
         }
         out
+    }
+
+    /// Whatever the bytes, the checks answer without panicking (sizes are the file's word).
+    #[test]
+    fn hostile_headers_never_panic() {
+        let mut huge = 1u32.to_be_bytes().to_vec();
+        huge.extend_from_slice(b"mdat");
+        huge.extend_from_slice(&u64::MAX.to_be_bytes());
+        let len = huge.len() as u64;
+        let found = headers(&mut Cursor::new(&huge), len, Format::Mp4).expect("read");
+        assert!(found.truncated.is_some());
+        for seed in 0u8..=255 {
+            let bytes: Vec<u8> = (0..300u32)
+                .map(|i| (i as u8).wrapping_mul(seed).wrapping_add(seed))
+                .collect();
+            let _ = sniff(&bytes);
+            for format in [Format::Mpeg, Format::Mp4, Format::Wav, Format::Aiff] {
+                let _ = headers(&mut Cursor::new(&bytes), bytes.len() as u64, format);
+            }
+        }
     }
 
     #[test]
