@@ -325,71 +325,74 @@ pub fn headers<F: Read + Seek>(file: &mut F, len: u64, format: Format) -> io::Re
             }
         }
         Format::Mpeg => {
-            let mut buffer = vec![0u8; MP3_SCAN.min(usize::try_from(len).unwrap_or(MP3_SCAN))];
-            let got = read_at(file, 0, &mut buffer)?;
-            buffer.truncate(got);
-            mp3_headers(&buffer, len, &mut found);
+            // The tag's header says where the frames start; their first 4 KiB hold the
+            // Xing/Info or VBRI header, and only a file without one is read further.
+            let mut tag = [0u8; 10];
+            let got = read_at(file, 0, &mut tag)?;
+            let start = id3_len(&tag[..got]).map_or(0, |n| n as u64);
+            let mut head = [0u8; 4096];
+            let got = read_at(file, start, &mut head)?;
+            if !mp3_seek_header(&head[..got], start, len, &mut found) {
+                let wanted = len.saturating_sub(start).min(MP3_SCAN as u64);
+                let mut frames = vec![0u8; usize::try_from(wanted).unwrap_or(MP3_SCAN)];
+                let got = read_at(file, start, &mut frames)?;
+                found.no_seek_table = bitrate_varies(&frames[..got]);
+            }
         }
         _ => {}
     }
     Ok(found)
 }
 
-/// The Xing/Info or VBRI byte count against the file's length, and whether frames of more
-/// than one bitrate come without either, from the first bytes of an mp3.
-fn mp3_headers(bytes: &[u8], len: u64, found: &mut Headers) {
-    let start = if bytes.starts_with(b"ID3") {
-        id3_len(bytes).unwrap_or(0)
-    } else {
-        0
-    };
-    let Some(frame) = bytes.get(start..).and_then(mpeg_frame) else {
-        return;
+/// Checks the Xing/Info or VBRI header of an mp3 whose frames (`frames`, read from byte
+/// `start` of a file of `len` bytes) begin with one: its byte count against the file.
+/// False when there is none (nor a frame to hold one), so the caller looks at bitrates.
+fn mp3_seek_header(frames: &[u8], start: u64, len: u64, found: &mut Headers) -> bool {
+    let Some(frame) = mpeg_frame(frames) else {
+        return true;
     };
     let be32 = |at: usize| {
-        bytes
+        frames
             .get(at..at + 4)
             .map(|b| u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]])))
     };
-    let xing_at = start + frame.xing_offset();
-    let vbri_at = start + 4 + 32;
-    let declared = match bytes.get(xing_at..xing_at + 4) {
+    let xing_at = frame.xing_offset();
+    let vbri_at = 4 + 32;
+    let declared = match frames.get(xing_at..xing_at + 4) {
         Some(b"Xing" | b"Info") => {
             let flags = be32(xing_at + 4).unwrap_or(0);
             let bytes_at = xing_at + 8 + if flags & 0x1 != 0 { 4 } else { 0 };
-            Some((flags & 0x2 != 0).then(|| be32(bytes_at)).flatten())
+            (flags & 0x2 != 0).then(|| be32(bytes_at)).flatten()
         }
-        _ if bytes.get(vbri_at..vbri_at + 4) == Some(b"VBRI") => Some(be32(vbri_at + 10)),
-        _ => None,
+        _ if frames.get(vbri_at..vbri_at + 4) == Some(b"VBRI") => be32(vbri_at + 10),
+        _ => return false,
     };
-    match declared {
-        Some(Some(stream_bytes)) => {
-            let available = len.saturating_sub(start as u64);
-            // The count covers the frames, the header frame included; a stray ID3v1 tag
-            // (128 bytes) at the end is not part of it.
-            if stream_bytes > available {
-                found.truncated = Some(format!(
-                    "the mp3 header declares {stream_bytes} bytes of frames, the file has {available} after its tag"
-                ));
-            }
-        }
-        Some(None) => {}
-        None => {
-            let mut at = start;
-            let mut first = None;
-            while let Some(next) = bytes.get(at..).and_then(mpeg_frame) {
-                match first {
-                    None => first = Some(next.bitrate),
-                    Some(bitrate) if bitrate != next.bitrate => {
-                        found.no_seek_table = true;
-                        break;
-                    }
-                    Some(_) => {}
-                }
-                at += next.len().max(1);
-            }
+    if let Some(stream_bytes) = declared {
+        let available = len.saturating_sub(start);
+        // The count covers the frames, the header frame included; a stray ID3v1 tag
+        // (128 bytes) at the end is not part of it.
+        if stream_bytes > available {
+            found.truncated = Some(format!(
+                "the mp3 header declares {stream_bytes} bytes of frames, the file has {available} after its tag"
+            ));
         }
     }
+    true
+}
+
+/// Whether the frames at the start of `frames` come at more than one bitrate.
+fn bitrate_varies(frames: &[u8]) -> bool {
+    let mut at = 0;
+    let mut first = None;
+    while let Some(next) = frames.get(at..).and_then(mpeg_frame) {
+        match first {
+            None => first = Some(next.bitrate),
+            Some(bitrate) if bitrate != next.bitrate => return true,
+            Some(_) => {}
+        }
+        at += next.len().max(1);
+    }
+    false
 }
 
 /// What a stream's own container says about it (`symphonia`), for the catalogue.
