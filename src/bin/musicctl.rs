@@ -239,7 +239,7 @@ fn run() -> anyhow::Result<ExitCode> {
             Command::Reindex { dry_run, prune, batch, json } => {
                 let options = ReindexOptions { dry_run, prune, batch: batch.max(1) };
                 let mut progress = Progress::new(json);
-                let report = reindex::reindex(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
+                let report = reindex::reindex(&backends, &config.redis.target, config.redis.batch_timeout(), &options, |p| {
                     progress.update(&format!("reindex: {} documents, {} indexed, {} pruned", p.documents, p.indexed, p.pruned));
                 })
                 .await?;
@@ -321,7 +321,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 let options = admin::verify::VerifyOptions { batch: batch.max(1), deep };
                 let total = backends.store.collection().estimated_document_count().await.ok();
                 let mut progress = Progress::with_total(json, total);
-                let report = admin::verify::verify(&backends, &config.redis.target, config.redis.timeout * 4, &options, |p| {
+                let report = admin::verify::verify(&backends, &config.redis.target, config.redis.batch_timeout(), &options, |p| {
                     progress.advance(Some(p.checked), &format!("verify: {} documents, {} findings", p.checked, p.findings));
                 })
                 .await?;
@@ -441,7 +441,7 @@ async fn purge_command(
     let mut progress = Progress::new(json);
     let report = purge::purge(
         &config.redis.target,
-        config.redis.timeout * 4,
+        config.redis.batch_timeout(),
         &options,
         |p| {
             progress.update(&format!(

@@ -306,6 +306,15 @@ pub struct RedisConfig {
     pub timeout: Duration,
 }
 
+impl RedisConfig {
+    /// Bound on an operator's step over the whole keyspace (a `SCAN` page, connecting to
+    /// each master), or on the follower's last round trips at a stop: a few commands, so
+    /// a few command timeouts.
+    pub fn batch_timeout(&self) -> Duration {
+        self.timeout * 4
+    }
+}
+
 impl Config {
     /// Loads, merges and validates the configuration.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {

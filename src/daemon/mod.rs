@@ -421,7 +421,7 @@ pub async fn serve(
     let _ = evictions.await;
     if let Some(follower) = follower {
         // It gives its lease up (one Redis round trip) so a standby takes over at once.
-        let bound = config.redis.timeout * 4 + Duration::from_millis(100);
+        let bound = config.redis.batch_timeout() + Duration::from_millis(100);
         if tokio::time::timeout(bound, follower).await.is_err() {
             tracing::warn!("the change-stream follower did not stop in time");
         }

@@ -624,7 +624,7 @@ impl Follower {
         let report = reindex::reindex(
             &self.backends,
             &self.config.redis.target,
-            self.config.redis.timeout * 4,
+            self.config.redis.batch_timeout(),
             &options,
             |_| {},
         )
