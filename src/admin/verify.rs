@@ -1,8 +1,8 @@
 //! `musicctl verify`: the catalogue, the disk and the cache agree, and every file is what
 //! its name says.
 //!
-//! Three walks, each in bounded memory but for the set of paths named (needed to find
-//! duplicates and orphans):
+//! Three walks, each in bounded memory but for an 8-byte key per path named (needed to
+//! find duplicates and orphans):
 //! * the catalogue, a MongoDB cursor in batches; each batch's files are checked on the
 //!   blocking pool (confined to the media roots as the server does, opened, their magic
 //!   bytes and headers read: [`crate::media::probe`]) while the next batch is read;
@@ -236,10 +236,20 @@ pub struct VerifyProgress {
 /// One document's file, as the catalogue pass saw it.
 struct Checked {
     findings: Vec<Finding>,
-    /// The canonical path, when the file is under a root (for duplicates and orphans).
-    canonical: Option<PathBuf>,
+    /// The canonical path's [`path_key`], when the file is under a root (for duplicates
+    /// and orphans).
+    canonical: Option<u64>,
     id: ObjectId,
-    path: String,
+}
+
+/// A canonical path as 8 bytes: what the catalogue names is remembered for the whole run
+/// (to find duplicates and orphans), and a path is ~100 bytes. A 64-bit collision could
+/// hide one orphan in 2^64; duplicates are confirmed on their real paths.
+fn path_key(path: &std::path::Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    path.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Walks the catalogue, the media roots and the cache.
@@ -253,7 +263,7 @@ pub async fn verify(
     let batch_size = options.batch.max(1);
     let field = backends.store.path_field().to_string();
     let mut report = VerifyReport::default();
-    let mut named: HashMap<PathBuf, Vec<(ObjectId, String)>> = HashMap::new();
+    let mut named: HashMap<u64, Vec<ObjectId>> = HashMap::new();
     let projection = doc! { &field: 1, "size": 1, "mtime": 1 };
     let mut batches = CatalogueBatches::open(backends, projection, batch_size).await?;
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -284,10 +294,7 @@ pub async fn verify(
             for file in checked {
                 report.findings.extend(file.findings);
                 if let Some(canonical) = file.canonical {
-                    named
-                        .entry(canonical)
-                        .or_default()
-                        .push((file.id, file.path));
+                    named.entry(canonical).or_default().push(file.id);
                 }
             }
             progress(VerifyProgress {
@@ -297,26 +304,17 @@ pub async fn verify(
         }
         checking = next;
     }
-    for (canonical, documents) in &named {
-        if documents.len() > 1 {
-            let ids: Vec<String> = documents.iter().map(|(id, _)| id.to_hex()).collect();
-            for (id, path) in documents {
-                report.findings.push(Finding {
-                    kind: Kind::Duplicate,
-                    id: Some(id.to_hex()),
-                    path: path.clone(),
-                    detail: format!(
-                        "{} documents name {}: {}",
-                        documents.len(),
-                        canonical.display(),
-                        ids.join(", ")
-                    ),
-                });
-            }
-        }
-    }
+    let shared: Vec<ObjectId> = named
+        .values()
+        .filter(|ids| ids.len() > 1)
+        .flatten()
+        .copied()
+        .collect();
+    report
+        .findings
+        .extend(duplicates(backends, &field, shared).await?);
     let roots = backends.roots.clone();
-    let known: HashSet<PathBuf> = named.into_keys().collect();
+    let known: HashSet<u64> = named.into_keys().collect();
     let orphans = tokio::task::spawn_blocking(move || orphans(&roots, &known))
         .await
         .map_err(|e| AdminError::Usage(format!("walking the media roots failed: {e}")))??;
@@ -407,7 +405,6 @@ fn check_document(
                 findings: vec![finding(Kind::Missing, "", format!("no usable path: {why}"))],
                 canonical: None,
                 id,
-                path: String::new(),
             });
         }
     };
@@ -415,7 +412,6 @@ fn check_document(
         findings: Vec::new(),
         canonical: None,
         id,
-        path: path.clone(),
     };
     let mut file = match roots.open(&path) {
         Ok(file) => file,
@@ -427,7 +423,7 @@ fn check_document(
                 MediaError::Missing | MediaError::NotAFile => Kind::Missing,
                 MediaError::Unreadable(_) | MediaError::Exhausted(_) => {
                     // Unreadable files still count for duplicates and orphans.
-                    checked.canonical = roots.confine(&path).ok().map(|(p, _)| p);
+                    checked.canonical = roots.confine(&path).ok().map(|(p, _)| path_key(&p));
                     Kind::Unreadable
                 }
             };
@@ -435,7 +431,7 @@ fn check_document(
             return Some(checked);
         }
     };
-    checked.canonical = Some(file.path.clone());
+    checked.canonical = Some(path_key(&file.path));
     let len = file.metadata.len();
     if let Some(drift) = drift(document, &file.metadata) {
         checked
@@ -574,13 +570,61 @@ fn drift(document: &Document, metadata: &std::fs::Metadata) -> Option<String> {
     (!drifted.is_empty()).then(|| drifted.join("; "))
 }
 
+/// The documents whose files other documents name too, confirmed on their canonical paths
+/// (read again: only their keys were kept), one finding each.
+async fn duplicates(
+    backends: &Backends,
+    field: &str,
+    ids: Vec<ObjectId>,
+) -> Result<Vec<Finding>, AdminError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted: Vec<Bson> = ids.into_iter().map(Bson::ObjectId).collect();
+    let mut found = backends
+        .store
+        .collection()
+        .find(doc! { "_id": { "$in": wanted } })
+        .projection(doc! { field: 1 })
+        .await?;
+    let mut by_file: HashMap<PathBuf, Vec<(ObjectId, String)>> = HashMap::new();
+    while let Some(document) = futures_util::TryStreamExt::try_next(&mut found).await? {
+        let (Ok(id), StoredPath::Path(path)) =
+            (document.get_object_id("_id"), stored_path(&document, field))
+        else {
+            continue;
+        };
+        if let Ok((canonical, _)) = backends.roots.confine(&path) {
+            by_file.entry(canonical).or_default().push((id, path));
+        }
+    }
+    let mut findings = Vec::new();
+    for (canonical, documents) in by_file.into_iter().filter(|(_, d)| d.len() > 1) {
+        let ids: Vec<String> = documents.iter().map(|(id, _)| id.to_hex()).collect();
+        for (id, path) in &documents {
+            findings.push(Finding {
+                kind: Kind::Duplicate,
+                id: Some(id.to_hex()),
+                path: path.clone(),
+                detail: format!(
+                    "{} documents name {}: {}",
+                    documents.len(),
+                    canonical.display(),
+                    ids.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(findings)
+}
+
 /// Audio files under the roots that no document names.
-fn orphans(roots: &MediaRoots, known: &HashSet<PathBuf>) -> Result<Vec<Finding>, AdminError> {
+fn orphans(roots: &MediaRoots, known: &HashSet<u64>) -> Result<Vec<Finding>, AdminError> {
     let mut found = Vec::new();
     for root in roots.roots() {
         for path in super::import::audio_files(root)? {
             let canonical = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-            if !known.contains(&canonical) {
+            if !known.contains(&path_key(&canonical)) {
                 found.push(Finding {
                     kind: Kind::Orphan,
                     id: None,
