@@ -40,5 +40,6 @@ pub mod daemon;
 pub mod http;
 pub mod media;
 pub mod redis_link;
+pub mod server;
 pub mod signing;
 pub mod watch;

@@ -2,7 +2,7 @@
 //! Content-Length and Transfer-Encoding together, no body after HEAD, 204 or 304), never
 //! more of them than the input held complete requests (plus one refusal), and stays up.
 //!
-//! The server is the real one (`musicd::http::serve`) on a loopback port, with backends
+//! The server is the real one (`musicd::server::Server`) on a loopback port, with backends
 //! that are down (Redis and MongoDB on port 1): a valid track id gets its 503 quickly, and
 //! everything else is decided before any backend is asked. The response checker is the
 //! one the conformance tests use.
@@ -40,10 +40,12 @@ fn start_server() -> SocketAddr {
                 .await
                 .expect("bind");
             tx.send(listener.local_addr().expect("addr")).expect("send addr");
-            let state = musicd::http::AppState::new(&config).await.expect("state");
-            let app = musicd::http::app(state, &config.route_prefixes);
-            let options = musicd::http::ServeOptions::from_config(&config);
-            let _ = musicd::http::serve(listener, app, std::future::pending(), options).await;
+            let server = musicd::server::Server::build(&config).await.expect("server");
+            let listeners = musicd::server::Listeners {
+                http: listener,
+                ops: None,
+            };
+            let _ = server.serve(listeners, std::future::pending()).await;
         });
     });
     rx.recv().expect("server address")

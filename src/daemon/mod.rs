@@ -26,7 +26,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::http::{self, AppState, ServeOptions};
+use crate::http;
+use crate::server::{Listeners, Server};
 
 /// Why the daemon stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -241,9 +242,9 @@ async fn serve_until_stopped(
         .map_err(DaemonError::Inherited)?;
     let local = std_listener.local_addr().map_err(DaemonError::Inherited)?;
     let listener = TcpListener::from_std(std_listener).map_err(DaemonError::Inherited)?;
-    let state = AppState::new(&config).await?;
+    let server = Server::build(&config).await?;
 
-    let readiness = http::ops::readiness(&state).await;
+    let readiness = http::ops::readiness(server.state()).await;
     let status = format!(
         "serving on {local}: {} (redis {}, mongodb {})",
         readiness.status(),
@@ -259,8 +260,7 @@ async fn serve_until_stopped(
         },
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
-    let access_log = state.access_log.clone();
-    let app = http::app(state, &config.route_prefixes);
+    let access_log = server.state().access_log.clone();
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
     notify::ready(&status);
@@ -282,173 +282,9 @@ async fn serve_until_stopped(
         http: listener,
         ops: ops_listener,
     };
-    serve(&config, app, listeners, stop).await?;
+    server.serve(listeners, stop).await?;
     tracing::info!("musicd stopped");
     Ok(())
-}
-
-/// The listening sockets of a server.
-pub struct Listeners {
-    /// The public address (`listen`), already listening.
-    pub http: TcpListener,
-    /// The ops address (`ops_listen`), when configured.
-    pub ops: Option<std::net::TcpListener>,
-}
-
-/// Serves `app` on `listeners` until `stop` completes, then drains: one single-threaded
-/// event loop per core (`worker_threads`), this task being the first, plus the ops
-/// listener on this loop. This is `musicd run` once its sockets, state and signals are set
-/// up; the integration tests start musicd through it too, per-core loops included.
-pub async fn serve(
-    config: &Config,
-    app: http::App,
-    listeners: Listeners,
-    stop: impl std::future::Future<Output = ()>,
-) -> Result<(), DaemonError> {
-    let Listeners {
-        http: listener,
-        ops: ops_listener,
-    } = listeners;
-    let balance = Arc::new(http::LoopBalance::new(config.worker_threads));
-    let options = ServeOptions {
-        metrics: Some(Arc::clone(&app.state.metrics)),
-        balance: Some((Arc::clone(&balance), 0)),
-        ..ServeOptions::from_config(config)
-    };
-
-    // One single-threaded event loop per core, each accepting on its own descriptor of the
-    // same socket, like nginx's worker processes. Against tokio's work-stealing scheduler
-    // this avoided most cross-thread wake-ups and measured ~20 % more small-file requests
-    // per second on two cores. Shared state (caches, Redis and MongoDB clients) is
-    // thread-safe; the clients' background tasks live on this first loop.
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    // The ops endpoints on their own address: one more accept loop on this event loop.
-    let ops_server = match ops_listener {
-        Some(listener) => {
-            listener
-                .set_nonblocking(true)
-                .map_err(DaemonError::Inherited)?;
-            let listener = TcpListener::from_std(listener).map_err(DaemonError::Inherited)?;
-            tracing::info!(ops_listen = ?listener.local_addr().ok(), "ops endpoints on their own address");
-            let (app, options) = (
-                app.clone(),
-                ServeOptions {
-                    role: http::ListenerRole::Ops,
-                    balance: None,
-                    ..options.clone()
-                },
-            );
-            let mut stop = stop_rx.clone();
-            Some(tokio::spawn(async move {
-                let stopped = async move {
-                    let _ = stop.wait_for(|stopping| *stopping).await;
-                };
-                http::serve(listener, app, stopped, options).await
-            }))
-        }
-        None => None,
-    };
-    // Every musicd hears the follower's evictions, whether or not it follows itself.
-    let evictions = {
-        let mut stop = stop_rx.clone();
-        tokio::spawn(crate::catalog::evictions::follow(
-            config.redis.target.clone(),
-            config.redis.timeout,
-            config.redis.prefix.clone(),
-            Arc::clone(&app.state.resolver),
-            Arc::clone(&app.state.evictions),
-            async move {
-                let _ = stop.wait_for(|stopping| *stopping).await;
-            },
-        ))
-    };
-    // The change-stream follower (or standby) runs on this loop beside the accept loop.
-    let follower = if config.mongodb.watch == crate::config::WatchMode::Off {
-        None
-    } else {
-        match crate::watch::Follower::new(config, Arc::clone(&app.state.watch)).await {
-            Ok(follower) => {
-                let mut stop = stop_rx.clone();
-                Some(tokio::spawn(follower.run(async move {
-                    let _ = stop.wait_for(|stopping| *stopping).await;
-                })))
-            }
-            Err(err) => {
-                tracing::error!(error = %err, "the change-stream follower cannot start");
-                None
-            }
-        }
-    };
-    let mut loops = Vec::new();
-    for index in 1..config.worker_threads {
-        let listener = std_listener_clone(&listener)?;
-        let options = ServeOptions {
-            balance: Some((Arc::clone(&balance), index)),
-            ..options.clone()
-        };
-        let (app, mut stop) = (app.clone(), stop_rx.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("musicd-loop-{index}"))
-            .spawn(move || -> std::io::Result<()> {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                runtime.block_on(async move {
-                    let listener = TcpListener::from_std(listener)?;
-                    let stopped = async move {
-                        let _ = stop.wait_for(|stopping| *stopping).await;
-                    };
-                    http::serve(listener, app, stopped, options).await
-                })
-            })
-            .map_err(DaemonError::Runtime)?;
-        loops.push(spawned);
-    }
-    let stop = async move {
-        stop.await;
-        let _ = stop_tx.send(true);
-    };
-    http::serve(listener, app, stop, options)
-        .await
-        .map_err(|e| DaemonError::Server(e.into()))?;
-    if let Some(ops) = ops_server {
-        match ops.await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::warn!(error = %err, "the ops listener failed"),
-            Err(_) => tracing::warn!("the ops listener panicked"),
-        }
-    }
-    let _ = evictions.await;
-    if let Some(follower) = follower {
-        // It gives its lease up (one Redis round trip) so a standby takes over at once.
-        let bound = config.redis.batch_timeout() + Duration::from_millis(100);
-        if tokio::time::timeout(bound, follower).await.is_err() {
-            tracing::warn!("the change-stream follower did not stop in time");
-        }
-    }
-    // The other loops may still be draining and need this loop's Redis/MongoDB tasks.
-    for handle in loops {
-        match tokio::task::spawn_blocking(move || handle.join()).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "an event loop failed"),
-            _ => tracing::warn!("an event loop panicked"),
-        }
-    }
-    Ok(())
-}
-
-/// Another descriptor of the same listening socket, for another event loop.
-fn std_listener_clone(listener: &TcpListener) -> Result<std::net::TcpListener, DaemonError> {
-    use std::os::fd::AsFd;
-    let fd = listener
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(DaemonError::Inherited)?;
-    let clone = std::net::TcpListener::from(fd);
-    clone
-        .set_nonblocking(true)
-        .map_err(DaemonError::Inherited)?;
-    Ok(clone)
 }
 
 /// SIGUSR1 reopens the log file and the access log; SIGHUP is logged (reloads are the

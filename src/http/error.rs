@@ -10,7 +10,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::answer::Answer;
+use super::service::Answer;
 use crate::catalog::ResolveError;
 use crate::media::MediaError;
 

@@ -9,19 +9,19 @@
 //! * every handler returns an `answer::Answer`; `error` maps failures to their status;
 //! * `access_log` counts the exchange in [`metrics`] and logs it.
 
+pub mod accept;
 pub mod access;
 pub mod access_log;
-pub(crate) mod answer;
-pub mod client;
+pub mod app;
+pub mod client_ip;
+pub(crate) mod dispatch;
 pub(crate) mod error;
 pub mod file;
 pub mod h1;
-pub(crate) mod header_lines;
 pub mod metrics;
 pub mod ops;
-pub mod router;
 pub mod routes;
-pub mod server;
+pub mod service;
 pub mod track;
 
 use std::sync::Arc;
@@ -34,8 +34,7 @@ use crate::catalog::backends::Backends;
 use crate::config::Config;
 use file::FileSettings;
 
-pub use router::{App, app};
-pub use server::{ListenerRole, LoopBalance, ServeOptions, serve};
+pub use app::{App, ListenerRole};
 pub use track::parse_track_id;
 
 /// Why the server could not be set up.
@@ -94,9 +93,10 @@ impl AppState {
                 config.cache.open_files,
                 config.cache.file_watches,
             ),
-            zero_copy: config.zero_copy,
-            rate_bytes_per_sec: config.limits.rate_bytes_per_sec,
-            rate_after_bytes: config.limits.rate_after_bytes,
+            pacing: service::Pacing::new(
+                config.limits.rate_bytes_per_sec,
+                config.limits.rate_after_bytes,
+            ),
         };
         Ok(AppState {
             resolver: Arc::new(resolver),

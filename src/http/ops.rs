@@ -16,7 +16,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::AppState;
-use super::answer::{Answer, Payload};
+use super::service::{Answer, Payload};
 
 /// `GET /healthz` through the router (the HTTP/1.1 connections answer it directly with
 /// [`healthz_answer`]; this route is what other methods meet, for their 405).

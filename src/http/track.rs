@@ -10,9 +10,9 @@ use std::sync::Arc;
 use mongodb::bson::oid::ObjectId;
 
 use super::AppState;
-use super::answer::Answer;
 use super::error::ApiError;
 use super::file::{self, request::FileRequest};
+use super::service::Answer;
 use crate::catalog::{CacheOutcome, ResolveError};
 use crate::signing::{LinkParams, unix_now};
 
@@ -87,7 +87,7 @@ fn authorized(link: &LinkParams, now: u64) -> Answer {
     Answer::new(
         axum::http::StatusCode::NO_CONTENT,
         bytes::Bytes::from(lines),
-        crate::http::answer::Payload::Empty,
+        crate::http::service::Payload::Empty,
     )
 }
 

@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 
-use crate::http::answer::{Answer, Payload};
+use crate::http::service::{Answer, Payload};
 
 /// Headers a player's script may read off a track answer.
 const EXPOSE: &str = "Content-Range, Content-Length, Accept-Ranges, ETag";

@@ -9,6 +9,7 @@ use percent_encoding::percent_decode_str;
 
 use self::cors::Cors;
 use crate::config::Config;
+use crate::http::service::Request;
 use crate::signing::{LinkParams, Signing};
 
 /// The access rules of a server.
@@ -44,6 +45,24 @@ pub struct AccessRequest {
 }
 
 impl AccessRequest {
+    /// What `request` says about access; `None` when it says nothing (most requests: no
+    /// allocation then).
+    pub(crate) fn read(request: &Request<'_>) -> Option<AccessRequest> {
+        let mut access: Option<AccessRequest> = None;
+        if let Some(query) = request.query {
+            access.get_or_insert_default().read_query(query);
+        }
+        for (name, value) in request.headers() {
+            if name.eq_ignore_ascii_case(b"origin") {
+                access.get_or_insert_default().origin =
+                    std::str::from_utf8(value).ok().map(str::to_string);
+            } else if name.eq_ignore_ascii_case(b"access-control-request-method") {
+                access.get_or_insert_default().preflight = true;
+            }
+        }
+        access
+    }
+
     /// Reads the query string (without `?`) of a track URL.
     pub fn read_query(&mut self, query: &str) {
         for pair in query.split('&') {

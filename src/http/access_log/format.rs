@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::http::Version;
 
 use crate::catalog::CacheOutcome;
-use crate::http::h1::request_id::RequestId;
+use crate::http::service::RequestId;
 
 /// What one line says.
 pub struct Entry<'a> {

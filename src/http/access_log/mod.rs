@@ -21,15 +21,20 @@ pub mod format;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
+use std::net::IpAddr;
 use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use axum::http::Version;
+
 use self::format::Entry;
+use super::client_ip::TrustedProxies;
 use super::metrics::Metrics;
 use super::routes::Route;
+use super::service::{Exchange, Received};
 use crate::catalog::CacheOutcome;
 use crate::config::{AccessLogConfig, AccessLogFormat};
 
@@ -388,6 +393,80 @@ pub struct Finished<'a> {
     pub head_written: Option<Instant>,
     /// The line's other fields, when logging.
     pub line: Option<Entry<'a>>,
+}
+
+/// The line of `exchange`. Its fields are read from the request head itself, after the
+/// exchange: `User-Agent`, `Referer`, `Range`, and the forwarding headers that name the
+/// client when the peer is a trusted proxy.
+pub(crate) fn entry<'a>(
+    exchange: &'a Exchange<'a>,
+    cache: CacheOutcome,
+    proxies: &TrustedProxies,
+) -> Entry<'a> {
+    let mut line = Entry {
+        client: IpAddr::from([0, 0, 0, 0]),
+        method: "-",
+        target: b"",
+        version: Version::HTTP_11,
+        status: exchange.status.as_u16(),
+        bytes: exchange.bytes,
+        referer: b"",
+        user_agent: b"",
+        range: b"",
+        request_id: exchange.request_id,
+        cache,
+        latency: Duration::ZERO,
+        ttfb: Duration::ZERO,
+        complete: exchange.complete,
+    };
+    let request = match exchange.received {
+        Received::Request(request) => request,
+        // The request could not be read, so the line has no request; its client is the
+        // peer (forwarding headers were not read either).
+        Received::Refused { peer, head } => {
+            line.client = peer;
+            if head {
+                line.method = "HEAD";
+            }
+            return line;
+        }
+    };
+    line.method = request.method.as_str();
+    line.target = request.target.as_bytes();
+    line.version = request.version;
+    // The last four `X-Forwarded-For` lines: the right end is what trusted proxies wrote.
+    let mut forwarded: [&[u8]; 4] = [&[]; 4];
+    let mut count = 0;
+    let mut real_ip: Option<&[u8]> = None;
+    for (name, value) in request.headers() {
+        let first = |slot: &mut &'a [u8]| {
+            if slot.is_empty() {
+                *slot = value;
+            }
+        };
+        if name.eq_ignore_ascii_case(b"user-agent") {
+            first(&mut line.user_agent);
+        } else if name.eq_ignore_ascii_case(b"referer") {
+            first(&mut line.referer);
+        } else if name.eq_ignore_ascii_case(b"range") {
+            first(&mut line.range);
+        } else if name.eq_ignore_ascii_case(b"x-real-ip") {
+            real_ip.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            if count == forwarded.len() {
+                forwarded.rotate_left(1);
+                count -= 1;
+            }
+            forwarded[count] = value;
+            count += 1;
+        }
+    }
+    line.client = proxies.client(
+        request.peer,
+        &forwarded[..count],
+        real_ip.filter(|ip| !ip.is_empty()),
+    );
+    line
 }
 
 /// Counts the exchange and writes its access-log line.

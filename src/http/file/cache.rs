@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::facts::FileFacts;
-use super::identity::Identity;
 use super::watch::{EntryWatch, RESTAT_AFTER, Watcher};
+use crate::http::service::Identity;
 
 /// What a cache entry holds.
 #[derive(Debug)]

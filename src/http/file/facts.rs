@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::conditional::Validators;
-use crate::http::header_lines::put_header;
+use crate::http::service::header_lines::put_header;
 use crate::media::mime::content_type;
 
 /// The validators and header lines of one version of a file.

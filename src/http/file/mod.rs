@@ -19,7 +19,6 @@
 pub mod cache;
 pub mod conditional;
 pub mod facts;
-pub mod identity;
 mod offload;
 pub mod range;
 pub mod request;
@@ -36,13 +35,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 use self::cache::{CachedFile, Content, FileCache};
 use self::conditional::{Verdict, evaluate};
 use self::facts::FileFacts;
-use self::identity::Identity;
 use self::range::{RangeDecision, decide};
 use self::request::FileRequest;
-use super::answer::{Answer, Payload, Segment};
 use super::error::ApiError;
-use super::header_lines::put_headers;
+use super::service::{Answer, Pacing, Payload, Segment};
 use crate::config::ServeMode;
+use crate::http::service::Identity;
+use crate::http::service::header_lines::put_headers;
 use crate::media::{MediaFile, MediaRoots};
 
 /// Bodies up to this size are read in the same blocking hop that opens the file.
@@ -62,12 +61,8 @@ pub struct FileSettings {
     pub accel_location: String,
     /// Small hot files in memory.
     pub cache: FileCache,
-    /// Large bodies with `sendfile(2)` rather than copied (see `zero_copy` in the config).
-    pub zero_copy: bool,
-    /// Pacing of bodies after their first `rate_after_bytes` (0: none).
-    pub rate_bytes_per_sec: u64,
-    /// Bytes of a body sent at full speed before pacing starts.
-    pub rate_after_bytes: u64,
+    /// How fast file bodies leave (`rate_bytes_per_sec` after `rate_after_bytes`).
+    pub pacing: Option<Pacing>,
 }
 
 /// Where the bytes of an answer come from.
@@ -453,9 +448,7 @@ mod tests {
             max_ranges: 16,
             accel_location: "/internal".into(),
             cache: FileCache::new(0, 0, 0, 0),
-            zero_copy: true,
-            rate_bytes_per_sec: 0,
-            rate_after_bytes: 0,
+            pacing: None,
         }
     }
 

@@ -35,11 +35,13 @@ pub fn headers(
         header::CONTENT_DISPOSITION,
         value(&content_disposition(&media.path, download))?,
     );
-    if settings.rate_bytes_per_sec > 0 && settings.mode == ServeMode::XAccelRedirect {
+    if let Some(pacing) = settings.pacing
+        && settings.mode == ServeMode::XAccelRedirect
+    {
         // nginx paces what it sends (limit_rate_after is nginx's own setting there).
         headers.insert(
             "x-accel-limit-rate",
-            HeaderValue::from(settings.rate_bytes_per_sec),
+            HeaderValue::from(pacing.rate_bytes_per_sec),
         );
     }
     match settings.mode {

@@ -2,6 +2,7 @@
 //! ranges and conditional requests, owned so the request can cross to the blocking pool.
 
 use super::conditional::Preconditions;
+use crate::http::service::Request;
 
 /// What the file server needs from the request.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +33,47 @@ pub struct FileRequest {
 }
 
 impl FileRequest {
+    /// The file server's part of a track request: HEAD or not, and the headers of ranges,
+    /// conditions and the authorization probe (`download` comes from the query, elsewhere).
+    pub(crate) fn read(request: &Request<'_>) -> FileRequest {
+        let mut file_request = FileRequest {
+            head: request.is_head(),
+            read_at: Some(request.read_at),
+            ..FileRequest::default()
+        };
+        for (name, value) in request.headers() {
+            if name.len() == 18 && name.eq_ignore_ascii_case(b"x-musicd-authorize") {
+                file_request.authorize_only = value == b"1";
+                continue;
+            }
+            let slot = match name.len() {
+                5 if name.eq_ignore_ascii_case(b"range") => &mut file_request.range,
+                8 if name.eq_ignore_ascii_case(b"if-match") => &mut file_request.if_match,
+                8 if name.eq_ignore_ascii_case(b"if-range") => &mut file_request.if_range,
+                13 if name.eq_ignore_ascii_case(b"if-none-match") => {
+                    &mut file_request.if_none_match
+                }
+                17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
+                    &mut file_request.if_modified_since
+                }
+                19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
+                    &mut file_request.if_unmodified_since
+                }
+                _ => continue,
+            };
+            // Like `HeaderValue::to_str`: a value that is not visible ASCII is ignored.
+            if let Ok(text) = std::str::from_utf8(value)
+                && text
+                    .bytes()
+                    .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+                && slot.is_none()
+            {
+                *slot = Some(text.to_string());
+            }
+        }
+        file_request
+    }
+
     /// The conditional headers, borrowed for evaluation.
     pub fn preconditions(&self) -> Preconditions<'_> {
         Preconditions {

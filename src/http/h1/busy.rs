@@ -10,8 +10,7 @@ use tokio::net::TcpStream;
 
 use super::conn::staged_close;
 use super::framing::{self, ResponseHead};
-use super::request_id::RequestId;
-use crate::http::answer::{Answer, Payload};
+use crate::http::service::{Answer, Payload, RequestId};
 
 /// Seconds an over-capacity client is told to wait.
 pub const BUSY_RETRY_AFTER_SECS: u32 = 1;

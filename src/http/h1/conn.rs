@@ -1,7 +1,7 @@
 //! One client connection's state machine: read a head, read (and drop) its body, answer,
 //! keep the connection or close it, and the clocks that bound each wait.
 //!
-//! States and their clocks (all from [`ServeOptions`]):
+//! States and their clocks (all from [`Settings`]):
 //! * waiting for the first request, or for the rest of a started head:
 //!   `header_read_timeout`, counted from accept (first request) or from the head's first
 //!   byte, never from a later wake-up;
@@ -15,7 +15,7 @@
 //!
 //! Closing is staged (RFC 9112 §9.6): after an answer that says `connection: close`, or a
 //! refusal, the connection half-closes and reads what the client still sends for a moment
-//! ([`LINGER`]) before it closes, so unread input does not turn the close into a reset that
+//! ([`STAGED_CLOSE_DRAIN`]) before it closes, so unread input does not turn the close into a reset that
 //! destroys the answer in flight. A refusal always closes, so a request pipelined after a
 //! malformed one is never answered.
 //!
@@ -37,18 +37,12 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::dispatch::{self, Dispatched};
+use super::Settings;
 use super::framing::CONTINUE;
-use super::head::{self, HeadError, HeadLimits, LogFields, RequestHead, Target};
+use super::head::{self, HeadError, RequestHead};
 use super::proxy_protocol::{self, Proxied};
 use super::request_body::BodyReader;
-use super::request_id::RequestId;
-use crate::catalog::CacheOutcome;
-use crate::http::access_log::format::Entry;
-use crate::http::access_log::{self, Finished, LogBuffer};
-use crate::http::answer::Answer;
-use crate::http::routes::Route;
-use crate::http::{App, ServeOptions};
+use crate::http::service::{Answer, Exchange, Pacing, Received, RequestId, Service};
 
 /// How long, once stopping, a connection accepted just before may take to send its first
 /// request. Closing it at once would reset a client whose connect raced the stop.
@@ -59,37 +53,32 @@ const READ_CHUNK: usize = 1024;
 
 /// After an answer that closes the connection, unread input is drained for this long, so
 /// the close does not turn into a reset that destroys the answer in flight.
-pub const LINGER: Duration = Duration::from_secs(1);
+pub(crate) const STAGED_CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
-/// Most bytes drained while lingering.
-const LINGER_BYTES: usize = 1 << 20;
+/// Most bytes drained during a staged close.
+const STAGED_CLOSE_BYTES: usize = 1 << 20;
 
-/// Everything the connections of one listener share.
-pub struct Shared {
-    /// Routes and state.
-    pub app: App,
+/// Everything the connections of one listener share: the service and the settings.
+pub(crate) struct Shared<S> {
+    /// What answers the requests.
+    pub(crate) service: S,
     /// Timeouts and limits.
-    pub options: ServeOptions,
-    /// Head size limits.
-    pub limits: HeadLimits,
-    /// This event loop's access-log buffer, when the log is on.
-    pub log: Option<Arc<LogBuffer>>,
+    pub(crate) settings: Settings,
 }
 
 /// Serves one connection from `peer` until it closes, fails, times out or the server
 /// stops.
-pub async fn serve_connection(
+pub(crate) async fn serve_connection<S: Service>(
     stream: TcpStream,
     peer: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<S>>,
     stop: watch::Receiver<bool>,
 ) {
     let now = Instant::now();
     let stopping = *stop.borrow();
-    let logging = shared.log.is_some();
     let mut signal = stop.clone();
     let timer = Box::pin(tokio::time::sleep_until(
-        now + shared.options.header_read_timeout,
+        now + shared.settings.header_read_timeout,
     ));
     let mut connection = Connection {
         stream,
@@ -107,19 +96,19 @@ pub async fn serve_connection(
         accepted: now,
         peer: peer.ip(),
         head_written: None,
+        pacing: None,
         paced_since: None,
-        logging,
     };
     connection.run().await;
 }
 
 /// One connection. The senders (`send`) are its other `impl` block.
-pub(super) struct Connection {
+pub(super) struct Connection<S> {
     pub(super) stream: TcpStream,
     input: BytesMut,
     /// Answers (heads and small bodies) waiting to be written together.
     pub(super) output: BytesMut,
-    pub(super) shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared<S>>,
     stop: watch::Receiver<bool>,
     /// Completes when the server stops. Kept across waits, so it registers once.
     stop_signal: Pin<Box<dyn Future<Output = ()> + Send>>,
@@ -134,10 +123,10 @@ pub(super) struct Connection {
     peer: IpAddr,
     /// When the current response's head was written (time to first byte).
     pub(super) head_written: Option<std::time::Instant>,
-    /// When the current response's pacing began (`rate_after_bytes` reached).
+    /// The current response's pacing, if it has any.
+    pub(super) pacing: Option<Pacing>,
+    /// When the current response's pacing began (its free start sent).
     pub(super) paced_since: Option<std::time::Instant>,
-    /// Whether access-log lines are written.
-    logging: bool,
 }
 
 /// What a wait for input is for, and so which clock bounds it.
@@ -174,18 +163,14 @@ pub(super) enum After {
     Abort,
 }
 
-impl Connection {
+impl<S: Service> Connection<S> {
     async fn run(&mut self) {
-        let logging = self.logging;
-        if self.shared.options.proxy_protocol && !self.read_proxy_header().await {
+        if self.shared.settings.proxy_protocol && !self.read_proxy_header().await {
             return;
         }
         let mut head_started: Option<Instant> = None;
         loop {
-            let tracks = &self.shared.app.tracks;
-            let parsed = head::parse_head(&self.input, self.shared.limits, logging, |path| {
-                tracks.id(path)
-            });
+            let parsed = head::parse_head(&self.input, self.shared.settings.head_limits);
             let head = match parsed {
                 Ok(Some(head)) => head,
                 Ok(None) => {
@@ -213,13 +198,8 @@ impl Connection {
                     return;
                 }
             };
-            // Logging keeps the head's bytes (shared, not copied) for the line's fields.
-            let raw = if logging {
-                self.input.split_to(head.len).freeze()
-            } else {
-                self.input.advance(head.len);
-                Bytes::new()
-            };
+            // The head's bytes stay shared (not copied) while the service reads them.
+            let raw = self.input.split_to(head.len).freeze();
             head_started = None;
             if let Some(body) = BodyReader::new(head.body) {
                 match self.read_body(body, head.expect_continue).await {
@@ -327,12 +307,12 @@ impl Connection {
         // timer must not extend its own time.
         let waiting_since = Instant::now();
         loop {
-            let options = &self.shared.options;
+            let settings = &self.shared.settings;
             let mut deadline = match wait {
-                Wait::FirstHead => self.accepted + options.header_read_timeout,
-                Wait::Head(started) => started + options.header_read_timeout,
-                Wait::Body(started) => started + options.body_read_timeout,
-                Wait::Idle => waiting_since + options.idle_timeout,
+                Wait::FirstHead => self.accepted + settings.header_read_timeout,
+                Wait::Head(started) => started + settings.header_read_timeout,
+                Wait::Body(started) => started + settings.body_read_timeout,
+                Wait::Idle => waiting_since + settings.idle_timeout,
             };
             let stopping = self.stopping();
             if let Some(since) = self.stopping_since {
@@ -393,81 +373,40 @@ impl Connection {
         }
     }
 
-    /// Answers one request; `raw` holds its head's bytes when logging.
+    /// Answers one request; `raw` holds its head's bytes.
     async fn exchange(&mut self, mut head: RequestHead, raw: &Bytes) -> After {
         let started = std::time::Instant::now();
-        if let Target::Track { request, .. } = &mut head.target {
-            // Taken after the read that completed the head: what the file cache's checks
-            // are measured against.
-            request.read_at = Some(started);
-        }
         self.head_written = None;
         let shared = Arc::clone(&self.shared);
-        let metrics = &shared.app.state.metrics;
-        metrics.response_started();
         let keep_alive = head.keep_alive && !self.stopping();
-        let is_head = head.method == Method::HEAD;
-        let request_id = RequestId::given_or_next(head.request_id);
-        let Dispatched {
-            route,
-            outcome,
-            answer,
-        } = dispatch::dispatch(
-            &shared.app,
-            shared.options.role,
-            head.method.clone(),
-            head.version,
-            head.target,
-        )
-        .await;
+        let request_id = RequestId::given_or_next(head.request_id.take());
+        let request = head.request(raw, self.peer, started);
+        let (answer, context) = shared.service.call(&request).await;
         let status = answer.status;
         let sent = self
-            .respond(answer, is_head, keep_alive, head.version, &request_id)
+            .respond(
+                answer,
+                request.is_head(),
+                keep_alive,
+                head.version,
+                &request_id,
+            )
             .await;
         let (bytes, complete, after) = match sent {
             Ok((bytes, true)) => (bytes, true, After::KeepAlive),
             Ok((bytes, false)) => (bytes, true, After::Close),
             Err(bytes) => (bytes, false, After::Abort),
         };
-        let line = self.logging.then(|| {
-            let fields = &head.log;
-            let (forwarded, count) = fields.forwarded_for(raw);
-            let real_ip = LogFields::get(raw, fields.real_ip);
-            let client = shared.options.trusted_proxies.client(
-                self.peer,
-                &forwarded[..count],
-                (!real_ip.is_empty()).then_some(real_ip),
-            );
-            Entry {
-                client,
-                method: head.method.as_str(),
-                target: LogFields::get(raw, Some(fields.target)),
-                version: head.version,
-                status: status.as_u16(),
-                bytes,
-                referer: LogFields::get(raw, fields.referer),
-                user_agent: LogFields::get(raw, fields.user_agent),
-                range: LogFields::get(raw, fields.range),
-                request_id: &request_id,
-                cache: outcome,
-                latency: Duration::ZERO,
-                ttfb: Duration::ZERO,
-                complete,
-            }
-        });
-        access_log::finish(
-            metrics,
-            shared.log.as_deref(),
-            Finished {
-                route,
-                status: status.as_u16(),
-                bytes,
-                cache: outcome,
-                started,
-                head_written: self.head_written,
-                line,
-            },
-        );
+        let exchange = Exchange {
+            received: Received::Request(&request),
+            request_id: &request_id,
+            status,
+            bytes,
+            complete,
+            started,
+            head_written: self.head_written,
+        };
+        shared.service.finish(&exchange, Some(context));
         after
     }
 
@@ -476,8 +415,6 @@ impl Connection {
         let started = std::time::Instant::now();
         self.head_written = None;
         let shared = Arc::clone(&self.shared);
-        let metrics = &shared.app.state.metrics;
-        metrics.response_started();
         let request_id = RequestId::next();
         let answer = Answer::json_error(refusal.status(), &refusal.to_string());
         let status = answer.status;
@@ -488,37 +425,19 @@ impl Connection {
             Ok((bytes, _)) | Err(bytes) => bytes,
         };
         let flushed = self.flush().await.is_ok();
-        // The request could not be read, so the line has no request; its client is the
-        // peer (forwarding headers were not read either).
-        let line = self.logging.then(|| Entry {
-            client: self.peer,
-            method: if is_head { "HEAD" } else { "-" },
-            target: b"",
-            version: Version::HTTP_11,
-            status: status.as_u16(),
-            bytes,
-            referer: b"",
-            user_agent: b"",
-            range: b"",
-            request_id: &request_id,
-            cache: CacheOutcome::None,
-            latency: Duration::ZERO,
-            ttfb: Duration::ZERO,
-            complete: flushed,
-        });
-        access_log::finish(
-            metrics,
-            shared.log.as_deref(),
-            Finished {
-                route: Route::Other,
-                status: status.as_u16(),
-                bytes,
-                cache: CacheOutcome::None,
-                started,
-                head_written: self.head_written,
-                line,
+        let exchange = Exchange {
+            received: Received::Refused {
+                peer: self.peer,
+                head: is_head,
             },
-        );
+            request_id: &request_id,
+            status,
+            bytes,
+            complete: flushed,
+            started,
+            head_written: self.head_written,
+        };
+        shared.service.finish(&exchange, None);
         if flushed {
             self.linger().await;
         }
@@ -530,15 +449,15 @@ impl Connection {
     async fn linger(&mut self) {
         // The input buffer, not an array: a buffer held across an await would sit in every
         // connection's future.
-        staged_close(&mut self.stream, &mut self.input, LINGER_BYTES).await;
+        staged_close(&mut self.stream, &mut self.input, STAGED_CLOSE_BYTES).await;
     }
 }
 
 /// Half-closes `stream` and reads (into `buffer`, dropped) what the client still sends,
-/// for at most [`LINGER`] and `limit` bytes, so the close does not reset an answer away.
+/// for at most [`STAGED_CLOSE_DRAIN`] and `limit` bytes, so the close does not reset an answer away.
 pub(super) async fn staged_close(stream: &mut TcpStream, buffer: &mut BytesMut, limit: usize) {
     let _ = stream.shutdown().await;
-    let deadline = Instant::now() + LINGER;
+    let deadline = Instant::now() + STAGED_CLOSE_DRAIN;
     let mut drained = 0usize;
     while drained < limit {
         let read = tokio::time::timeout_at(deadline, stream.readable()).await;

@@ -14,8 +14,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::http::{HeaderMap, StatusCode, Version, header};
 use bytes::{BufMut, BytesMut};
 
-use super::request_id::RequestId;
-use crate::http::header_lines::put_header;
+use crate::http::service::RequestId;
+use crate::http::service::header_lines::put_header;
 
 /// How the body after a response head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

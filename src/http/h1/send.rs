@@ -22,10 +22,8 @@ use tokio::io::Interest;
 
 use super::conn::Connection;
 use super::framing::{self, Framing, ResponseHead};
-use super::request_id::RequestId;
 use super::zerocopy;
-use crate::http::answer::{Answer, Payload, Segment};
-use crate::http::file::identity::Identity;
+use crate::http::service::{Answer, Identity, Payload, RequestId, Segment, Service};
 
 /// Answers (heads and small bodies) are collected up to this size before a write.
 const OUTPUT_COALESCE: usize = 64 * 1024;
@@ -41,7 +39,7 @@ enum FileSendError {
     Client(io::Error),
 }
 
-impl Connection {
+impl<S: Service> Connection<S> {
     /// Sends a response. `Ok((body bytes, keep the connection))`, or `Err(body bytes
     /// sent)` when the transfer failed part-way and the connection must be dropped.
     pub(super) async fn respond(
@@ -58,6 +56,7 @@ impl Connection {
             headers,
             payload,
             declared_len,
+            pacing,
         } = answer;
         let len = if head {
             declared_len.or_else(|| payload.exact_len())
@@ -77,6 +76,7 @@ impl Connection {
             },
         );
         self.head_written = Some(std::time::Instant::now());
+        self.pacing = pacing;
         self.paced_since = None;
         if !decision.send_body {
             return Ok((0, decision.keep_alive));
@@ -115,14 +115,16 @@ impl Connection {
             self.output.put_slice(&bytes);
             return Ok(len);
         }
-        let files = &self.shared.app.state.files;
-        if files.rate_bytes_per_sec == 0 || len <= files.rate_after_bytes {
-            let result = self.write_head_and(&bytes).await;
-            return result.map(|()| len).map_err(|_| 0);
-        }
+        let free = match self.pacing {
+            Some(pacing) if len > pacing.after_bytes => pacing.after_bytes,
+            _ => {
+                let result = self.write_head_and(&bytes).await;
+                return result.map(|()| len).map_err(|_| 0);
+            }
+        };
         // Paced: the head and the free part, then a chunk at a time.
         let mut sent = 0u64;
-        let first = usize::try_from(files.rate_after_bytes).unwrap_or(usize::MAX);
+        let first = usize::try_from(free).unwrap_or(usize::MAX);
         self.write_head_and(&bytes[..first])
             .await
             .map_err(|_| 0u64)?;
@@ -143,14 +145,13 @@ impl Connection {
     }
 
     /// How many of `left` body bytes may leave now, after `sent`: all of them without
-    /// pacing or before `rate_after_bytes`; otherwise a chunk, once the clock allows it
+    /// pacing or before its free start; otherwise a chunk, once the clock allows it
     /// (sleeping, never spinning). A paced response holds one chunk in the socket at a time.
     async fn pace(&mut self, sent: u64, left: u64) -> u64 {
-        let files = &self.shared.app.state.files;
-        let (rate, after) = (files.rate_bytes_per_sec, files.rate_after_bytes);
-        if rate == 0 {
+        let Some(pacing) = self.pacing else {
             return left;
-        }
+        };
+        let (rate, after) = (pacing.rate_bytes_per_sec, pacing.after_bytes);
         if sent < after {
             return left.min(after - sent);
         }
@@ -197,7 +198,7 @@ impl Connection {
         segments: Vec<Segment>,
         opened: Identity,
     ) -> Result<u64, u64> {
-        let zero_copy = self.shared.app.state.files.zero_copy;
+        let zero_copy = self.shared.settings.zero_copy;
         let mut sent = 0u64;
         let output = std::mem::take(&mut self.output);
         let head = self.send_all(&output, true).await;
@@ -225,7 +226,7 @@ impl Connection {
                 Ok(()) => {}
                 Err(FileSendError::File(err)) => {
                     tracing::warn!(error = %err, "file transfer aborted");
-                    self.shared.app.state.files.cache.evict_open(file);
+                    self.shared.service.file_changed(file);
                     return Err(sent);
                 }
                 Err(FileSendError::Client(err)) => {
@@ -240,7 +241,7 @@ impl Connection {
             // meanwhile may have sent changed bytes. A reset makes the client discard the
             // transfer instead of keeping a body with a success status.
             tracing::warn!("file changed while it was being sent; resetting the connection");
-            self.shared.app.state.files.cache.evict_open(file);
+            self.shared.service.file_changed(file);
             let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
             return Err(sent);
         }
@@ -394,7 +395,7 @@ impl Connection {
     /// Waits until the socket takes bytes again, for at most the write timeout: a client
     /// that stopped reading is dropped instead of holding a file and a task forever.
     async fn wait_writable(&mut self) -> io::Result<()> {
-        match tokio::time::timeout(self.shared.options.write_timeout, self.stream.writable()).await
+        match tokio::time::timeout(self.shared.settings.write_timeout, self.stream.writable()).await
         {
             Ok(ready) => ready,
             Err(_) => Err(io::Error::new(

@@ -1,5 +1,5 @@
 //! musicd in the test's own process, on a free port, started through the entry point
-//! `musicd run` uses ([`musicd::daemon::serve`]): the per-core event loops, the ops
+//! `musicd run` uses ([`musicd::server::Server`]): the per-core event loops, the ops
 //! listener and the access-log buffers are the production ones.
 
 use std::net::SocketAddr;
@@ -7,15 +7,15 @@ use std::time::Duration;
 
 use mongodb::bson::oid::ObjectId;
 use musicd::config::Config;
-use musicd::daemon::{DaemonError, Listeners};
-use musicd::http::AppState;
+use musicd::http::ServerError;
+use musicd::server::{Listeners, Server};
 
 /// musicd running in this test's runtime.
 pub struct Musicd {
     /// Where it listens.
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), DaemonError>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), ServerError>>>,
 }
 
 impl Musicd {
@@ -28,18 +28,18 @@ impl Musicd {
         // A test's stop should not wait the production grace period for a stuck client.
         let mut config = config.clone();
         config.daemon.stop_timeout = config.daemon.stop_timeout.min(Duration::from_secs(5));
-        let state = AppState::new(&config).await.expect("app state");
-        let app = musicd::http::app(state, &config.route_prefixes);
+        let server = Server::build(&config).await.expect("server");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let listeners = Listeners {
             http: listener,
             ops: None,
         };
         let task = tokio::spawn(async move {
-            musicd::daemon::serve(&config, app, listeners, async {
-                let _ = stopped.await;
-            })
-            .await
+            server
+                .serve(listeners, async {
+                    let _ = stopped.await;
+                })
+                .await
         });
         Musicd {
             addr,

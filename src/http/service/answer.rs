@@ -1,8 +1,8 @@
 //! What a handler answers before it goes on the wire: a status, header lines, a body.
 //!
 //! Every answer musicd sends, file or error or ops endpoint, is an [`Answer`]; the HTTP/1.1
-//! layer ([`super::h1::framing`]) alone decides how its body is delimited, so no handler
-//! writes `Content-Length` or `Transfer-Encoding` itself.
+//! layer alone decides how its body is delimited, so no handler writes `Content-Length` or
+//! `Transfer-Encoding` itself.
 //!
 //! A file body is a list of [`Segment`]s: a range is one file segment, a multipart answer
 //! alternates part headers and file segments. The connection sends file segments with
@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 
-use super::file::identity::Identity;
+use super::Identity;
 
 /// A piece of a response body.
 #[derive(Debug, Clone)]
@@ -107,6 +107,28 @@ pub struct Answer {
     /// For a HEAD answer made by the router: the length GET would have sent, which the
     /// router's emptied body no longer tells.
     pub declared_len: Option<u64>,
+    /// How fast the body may leave; `None`: as fast as the client takes it.
+    pub pacing: Option<Pacing>,
+}
+
+/// A body sent at a bounded rate after a free start, so a listener's player buffers ahead
+/// without one download taking the whole link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pacing {
+    /// Body bytes per second once paced.
+    pub rate_bytes_per_sec: u64,
+    /// Bytes sent at full speed before pacing starts.
+    pub after_bytes: u64,
+}
+
+impl Pacing {
+    /// Pacing at `rate` after `after` bytes; `None` when `rate` is 0 (off).
+    pub fn new(rate: u64, after: u64) -> Option<Pacing> {
+        (rate > 0).then_some(Pacing {
+            rate_bytes_per_sec: rate,
+            after_bytes: after,
+        })
+    }
 }
 
 impl Answer {
@@ -118,6 +140,7 @@ impl Answer {
             headers: HeaderMap::new(),
             payload,
             declared_len: None,
+            pacing: None,
         }
     }
 
@@ -151,6 +174,7 @@ impl Answer {
             headers: parts.headers,
             payload: Payload::Body(body),
             declared_len,
+            pacing: None,
         }
     }
 }

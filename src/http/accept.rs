@@ -1,6 +1,8 @@
 //! The accept loop: connections in, each served by `super::h1::conn` on the event loop
 //! that accepted it, up to `max_connections` (beyond, `super::h1::busy`); on shutdown,
 //! stop accepting and let in-flight responses finish for at most the grace period.
+//!
+//! Like h1 it knows no route: it is generic over the [`Service`] its connections call.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,59 +11,44 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use super::App;
-use super::access_log::LogBuffer;
-use super::client::TrustedProxies;
-use super::h1::{busy, conn, head::HeadLimits};
+use super::h1::{Settings, busy, conn};
 use super::metrics;
+use super::service::Service;
 
-/// What a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenerRole {
-    /// Everything (no `ops_listen`).
-    All,
-    /// Tracks and `/healthz`; `/metrics` and `/readyz` are on the ops listener.
-    Public,
-    /// The ops endpoints only (`ops_listen`).
-    Ops,
-}
-
-/// Limits of the connection handling.
+/// Who gets in: the connection cap and the 503 answers beyond it, the event loops' balance,
+/// and how long a stop waits for connections in flight. Cloned to every listener and
+/// event loop of a process, so the cap is per process.
 #[derive(Debug, Clone)]
-pub struct ServeOptions {
+pub struct Admission {
     /// How long in-flight responses may finish after shutdown starts.
     pub grace: Duration,
-    /// How long a client may take to send its request headers.
-    pub header_read_timeout: Duration,
-    /// How long a client may take to send a request body, from the end of its head.
-    pub body_read_timeout: Duration,
-    /// Where to count open connections, if anywhere.
-    pub metrics: Option<Arc<metrics::Metrics>>,
-    /// Idle keep-alive connections are closed after this.
-    pub idle_timeout: Duration,
-    /// A response whose client stops reading for this long is dropped.
-    pub write_timeout: Duration,
-    /// Largest request head accepted (431 beyond).
-    pub max_header_bytes: usize,
-    /// Longest URL accepted (414 beyond).
-    pub max_uri_bytes: usize,
-    /// Connections served at once; beyond, a 503 and close. The slots are shared by every
-    /// listener and event loop these options are cloned to, so the cap is per process.
+    /// Connections served at once; beyond, a 503 and close.
     pub connection_slots: Arc<tokio::sync::Semaphore>,
     /// Over-capacity answers being written at once (each holds a descriptor until its 503
     /// is out and the close staged). When they are all busy too, new connections wait in
     /// the kernel's queue: a slow answer, never a refused connection, and the descriptors
     /// a served request needs to open its file stay free.
     pub refusal_slots: Arc<tokio::sync::Semaphore>,
-    /// Peers whose forwarding headers name the client.
-    pub trusted_proxies: Arc<TrustedProxies>,
-    /// Connections start with a PROXY protocol header.
-    pub proxy_protocol: bool,
-    /// What this listener serves.
-    pub role: ListenerRole,
+    /// Where to count open connections, if anywhere.
+    pub metrics: Option<Arc<metrics::Metrics>>,
     /// The event loops accepting on this socket, and which one this is: a loop holding
     /// more than its share of connections lets the others accept (see [`LoopBalance`]).
     pub balance: Option<(Arc<LoopBalance>, usize)>,
+}
+
+impl Admission {
+    /// The admission a config asks for, counted nowhere and balanced with no other loop.
+    pub fn from_config(config: &crate::config::Config) -> Admission {
+        Admission {
+            grace: config.daemon.stop_timeout,
+            connection_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
+            refusal_slots: Arc::new(tokio::sync::Semaphore::new(
+                (config.limits.max_connections / 4).max(32),
+            )),
+            metrics: None,
+            balance: None,
+        }
+    }
 }
 
 /// Spreads connections over event loops that accept on one socket.
@@ -166,34 +153,6 @@ async fn next_handoff(
     }
 }
 
-impl ServeOptions {
-    /// The options a config asks for.
-    pub fn from_config(config: &crate::config::Config) -> ServeOptions {
-        ServeOptions {
-            grace: config.daemon.stop_timeout,
-            header_read_timeout: config.limits.header_read_timeout,
-            body_read_timeout: config.limits.body_read_timeout,
-            metrics: None,
-            idle_timeout: config.limits.idle_timeout,
-            write_timeout: config.limits.write_timeout,
-            max_header_bytes: config.limits.max_header_bytes,
-            max_uri_bytes: config.limits.max_uri_bytes,
-            connection_slots: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
-            refusal_slots: Arc::new(tokio::sync::Semaphore::new(
-                (config.limits.max_connections / 4).max(32),
-            )),
-            trusted_proxies: Arc::new(TrustedProxies::new(config.trusted_proxies.clone())),
-            proxy_protocol: config.proxy_protocol,
-            role: if config.ops_listen.is_some() {
-                ListenerRole::Public
-            } else {
-                ListenerRole::All
-            },
-            balance: None,
-        }
-    }
-}
-
 /// Counts live connections; the last one out wakes the drain.
 #[derive(Clone, Default)]
 struct Connections {
@@ -240,13 +199,13 @@ impl Drop for ConnectionGuard {
     }
 }
 
-fn spawn_connection(
+fn spawn_connection<S: Service>(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     slot: tokio::sync::OwnedSemaphorePermit,
     connections: &Connections,
     counted: bool,
-    shared: &Arc<conn::Shared>,
+    shared: &Arc<conn::Shared<S>>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) {
     let guard = connections.enter(counted);
@@ -260,10 +219,10 @@ fn spawn_connection(
 
 /// Serves a connection another loop handed over (already counted here); one that cannot
 /// join this loop's reactor gives its count back.
-fn adopt(
+fn adopt<S: Service>(
     (stream, peer, slot): Handoff,
     connections: &Connections,
-    shared: &Arc<conn::Shared>,
+    shared: &Arc<conn::Shared<S>>,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) {
     match tokio::net::TcpStream::from_std(stream) {
@@ -297,51 +256,34 @@ fn keep_or_hand_off(
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then stops accepting and lets
-/// in-flight responses finish for at most `options.grace`.
-pub async fn serve(
+/// Serves `service` on `listener` until `shutdown` completes, then stops accepting and
+/// lets in-flight responses finish for at most `admission.grace`.
+pub(crate) async fn accept_loop<S: Service>(
     listener: TcpListener,
-    app: App,
+    service: S,
+    settings: Settings,
+    admission: Admission,
     shutdown: impl Future<Output = ()>,
-    options: ServeOptions,
-) -> std::io::Result<()> {
-    let slots = Arc::clone(&options.connection_slots);
+) {
+    let slots = Arc::clone(&admission.connection_slots);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Connections {
-        metrics: options.metrics.clone(),
-        balance: options.balance.clone(),
+        metrics: admission.metrics.clone(),
+        balance: admission.balance.clone(),
         ..Connections::default()
     };
-    let grace = options.grace;
-    // One buffer per call, so per event loop in `musicd run`: its lock is never contended.
-    let log = app
-        .state
-        .access_log
-        .as_ref()
-        .map(|log| Arc::new(LogBuffer::new(Arc::clone(log))));
-    let flusher = log
-        .as_ref()
-        .map(|log| tokio::spawn(Arc::clone(log).flush_every_interval()));
-    let shared = Arc::new(conn::Shared {
-        app,
-        limits: HeadLimits {
-            max_uri_bytes: options.max_uri_bytes,
-            max_header_bytes: options.max_header_bytes,
-        },
-        options,
-        log: log.clone(),
-    });
+    let grace = admission.grace;
+    let shared = Arc::new(conn::Shared { service, settings });
     tokio::pin!(shutdown);
     let mut accept_backoff = Duration::from_millis(5);
-    let mut inbox = shared
-        .options
+    let mut inbox = admission
         .balance
         .as_ref()
         .and_then(|(balance, me)| balance.take_inbox(*me));
-    if let Some((balance, me)) = &shared.options.balance {
+    if let Some((balance, me)) = &admission.balance {
         balance.set_accepting(*me, true);
     }
-    let refusals = Arc::clone(&shared.options.refusal_slots);
+    let refusals = Arc::clone(&admission.refusal_slots);
     loop {
         if slots.available_permits() == 0 && refusals.available_permits() == 0 {
             tokio::select! {
@@ -381,14 +323,13 @@ pub async fn serve(
             });
             continue;
         };
-        let Some((stream, slot)) = keep_or_hand_off(&shared.options.balance, stream, peer, slot)
-        else {
+        let Some((stream, slot)) = keep_or_hand_off(&admission.balance, stream, peer, slot) else {
             continue;
         };
         spawn_connection(stream, peer, slot, &connections, false, &shared, &stop_rx);
     }
     drop(listener);
-    if let Some((balance, me)) = &shared.options.balance {
+    if let Some((balance, me)) = &admission.balance {
         balance.set_accepting(*me, false);
         // Closed first, so a loop that sends from now on gets its connection back and
         // serves it itself; the ones already here were accepted and are served like any
@@ -417,16 +358,6 @@ pub async fn serve(
             }
         }
     }
-    if let Some(flusher) = flusher {
-        flusher.abort();
-    }
-    // Every exchange that finished has its line.
-    if let Some(log) = &log {
-        // Within the stop's budget: the drain above may have used the grace already.
-        log.flush_and_settle(grace.clamp(Duration::from_secs(1), Duration::from_secs(5)))
-            .await;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
