@@ -13,8 +13,9 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::http::accept::{self, Admission, LoopBalance};
 use crate::http::access_log::LogBuffer;
-use crate::http::app::{App, Endpoint, ListenerRole};
+use crate::http::app::{App, ListenerRole};
 use crate::http::client_ip::TrustedProxies;
+use crate::http::endpoint::Endpoint;
 use crate::http::h1::Settings;
 use crate::http::{AppState, ServerError};
 
@@ -67,7 +68,7 @@ impl Server {
         let trusted = Arc::new(TrustedProxies::new(config.trusted_proxies.clone()));
         let balance = Arc::new(LoopBalance::new(config.worker_threads));
         let admission = Admission {
-            metrics: Some(Arc::clone(&app.state.metrics)),
+            open_connections: Some(app.state.metrics.open_connections()),
             balance: Some((Arc::clone(&balance), 0)),
             ..Admission::from_config(config)
         };

@@ -2,23 +2,129 @@
 //! Content-Length and Transfer-Encoding together, no body after HEAD, 204 or 304), never
 //! more of them than the input held complete requests (plus one refusal), and stays up.
 //!
-//! The server is the real one (`musicd::server::Server`) on a loopback port, with backends
-//! that are down (Redis and MongoDB on port 1): a valid track id gets its 503 quickly, and
-//! everything else is decided before any backend is asked. The response checker is the
-//! one the conformance tests use.
+//! Each input goes to two servers on loopback ports, and both are checked by the response
+//! checker the conformance tests use:
+//! * the real one (`musicd::server::Server`), with backends that are down (Redis and
+//!   MongoDB on port 1): a valid track id gets its 503 quickly, and everything else is
+//!   decided before any backend is asked;
+//! * h1 alone, behind a stub service whose answers take every form a payload can
+//!   (memory, file segments, a streamed body of unknown length, paced bytes), chosen by
+//!   the request's path, so the framing of each is fuzzed without the application.
 #![no_main]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use axum::http::StatusCode;
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
+use musicd::http::accept::{Admission, accept_loop};
+use musicd::http::h1::Settings;
+use musicd::http::service::{
+    Answer, Exchange, Identity, Pacing, Payload, Request, Segment, Service,
+};
 
 #[path = "../../tests/integration/harness/wire_check.rs"]
 mod wire_check;
 
 static SERVER: LazyLock<SocketAddr> = LazyLock::new(start_server);
+static STUB: LazyLock<SocketAddr> = LazyLock::new(start_stub);
+
+/// Answers by the path's last segment, never looking anything up.
+struct Stub {
+    file: Arc<std::fs::File>,
+    opened: Identity,
+}
+
+impl Service for Stub {
+    type Context = ();
+
+    async fn call(&self, request: &Request<'_>) -> (Answer, ()) {
+        let status = StatusCode::OK;
+        let lines = Bytes::new();
+        let answer = match request.path.rsplit('/').next().unwrap_or_default() {
+            "file" => Answer::new(
+                status,
+                lines,
+                Payload::File {
+                    file: Arc::clone(&self.file),
+                    segments: vec![
+                        Segment::Bytes(Bytes::from_static(b"--part\r\n")),
+                        Segment::File {
+                            offset: 10,
+                            len: 100,
+                        },
+                    ],
+                    opened: self.opened,
+                },
+            ),
+            "stream" => {
+                let chunks = request.headers().count();
+                let frames = (0..chunks).map(|i| {
+                    Ok::<_, std::convert::Infallible>(http_body::Frame::data(Bytes::from(
+                        format!("{i};"),
+                    )))
+                });
+                let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+                Answer::new(status, lines, Payload::Body(axum::body::Body::new(body)))
+            }
+            "paced" => {
+                let mut answer =
+                    Answer::new(status, lines, Payload::Bytes(Bytes::from(vec![b'p'; 3000])));
+                answer.pacing = Pacing::new(1 << 20, 1000);
+                answer
+            }
+            "empty" => Answer::new(StatusCode::NO_CONTENT, lines, Payload::Empty),
+            _ => Answer::new(
+                status,
+                lines,
+                Payload::Bytes(Bytes::copy_from_slice(request.target.as_bytes())),
+            ),
+        };
+        (answer, ())
+    }
+
+    fn finish(&self, _: &Exchange<'_>, _: Option<()>) {}
+
+    fn file_changed(&self, _: &std::fs::File) {}
+}
+
+fn start_stub() -> SocketAddr {
+    let path = std::env::temp_dir().join(format!("musicd-fuzz-stub-{}", std::process::id()));
+    std::fs::write(&path, vec![b'f'; 4096]).expect("stub file");
+    let file = std::fs::File::open(&path).expect("open stub file");
+    let opened = Identity::of(&file.metadata().expect("metadata"));
+    let stub = Stub {
+        file: Arc::new(file),
+        opened,
+    };
+    let config = musicd::config::Config::defaults_with_roots(vec![std::env::temp_dir()])
+        .expect("config");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            tx.send(listener.local_addr().expect("addr")).expect("send addr");
+            accept_loop(
+                listener,
+                stub,
+                Settings::from_config(&config),
+                Admission::from_config(&config),
+                std::future::pending(),
+            )
+            .await;
+        });
+    });
+    rx.recv().expect("stub address")
+}
 
 fn start_server() -> SocketAddr {
     let media = std::env::temp_dir().join(format!("musicd-fuzz-{}", std::process::id()));
@@ -64,18 +170,20 @@ fn exchange(addr: SocketAddr, input: &[u8]) -> Vec<u8> {
 }
 
 fuzz_target!(|input: &[u8]| {
-    let addr = *SERVER;
-    let output = exchange(addr, input);
-    if let Err(violation) = wire_check::check_exchange(input, &output) {
-        panic!(
-            "{violation}\ninput: {:?}\noutput: {:?}",
-            String::from_utf8_lossy(input),
-            String::from_utf8_lossy(&output)
+    for addr in [*SERVER, *STUB] {
+        let output = exchange(addr, input);
+        if let Err(violation) = wire_check::check_exchange(input, &output) {
+            panic!(
+                "{violation}\nserver: {}\ninput: {:?}\noutput: {:?}",
+                if addr == *SERVER { "musicd" } else { "stub" },
+                String::from_utf8_lossy(input),
+                String::from_utf8_lossy(&output)
+            );
+        }
+        let alive = exchange(
+            addr,
+            b"GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n",
         );
+        assert!(alive.starts_with(b"HTTP/1.1 200 "), "the server stopped answering");
     }
-    let alive = exchange(
-        addr,
-        b"GET /healthz HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n\r\n",
-    );
-    assert!(alive.starts_with(b"HTTP/1.1 200 "), "the server stopped answering");
 });

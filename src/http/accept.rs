@@ -6,13 +6,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use super::h1::{Settings, busy, conn};
-use super::metrics;
 use super::service::Service;
 
 /// Who gets in: the connection cap and the 503 answers beyond it, the event loops' balance,
@@ -29,8 +28,8 @@ pub struct Admission {
     /// the kernel's queue: a slow answer, never a refused connection, and the descriptors
     /// a served request needs to open its file stay free.
     pub refusal_slots: Arc<tokio::sync::Semaphore>,
-    /// Where to count open connections, if anywhere.
-    pub metrics: Option<Arc<metrics::Metrics>>,
+    /// Where to count open connections, if anywhere (`musicd_open_connections`).
+    pub open_connections: Option<Arc<AtomicI64>>,
     /// The event loops accepting on this socket, and which one this is: a loop holding
     /// more than its share of connections lets the others accept (see [`LoopBalance`]).
     pub balance: Option<(Arc<LoopBalance>, usize)>,
@@ -45,7 +44,7 @@ impl Admission {
             refusal_slots: Arc::new(tokio::sync::Semaphore::new(
                 (config.limits.max_connections / 4).max(32),
             )),
-            metrics: None,
+            open_connections: None,
             balance: None,
         }
     }
@@ -158,7 +157,7 @@ async fn next_handoff(
 struct Connections {
     live: Arc<std::sync::atomic::AtomicUsize>,
     drained: Arc<tokio::sync::Notify>,
-    metrics: Option<Arc<metrics::Metrics>>,
+    open_connections: Option<Arc<AtomicI64>>,
     balance: Option<(Arc<LoopBalance>, usize)>,
 }
 
@@ -169,8 +168,8 @@ impl Connections {
     /// (handed over by another loop).
     fn enter(&self, counted: bool) -> ConnectionGuard {
         self.live.fetch_add(1, Ordering::SeqCst);
-        if let Some(metrics) = &self.metrics {
-            metrics.connections(1);
+        if let Some(open) = &self.open_connections {
+            open.fetch_add(1, Ordering::Relaxed);
         }
         if let Some((balance, me)) = &self.balance
             && !counted
@@ -187,8 +186,8 @@ impl Connections {
 
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
-        if let Some(metrics) = &self.0.metrics {
-            metrics.connections(-1);
+        if let Some(open) = &self.0.open_connections {
+            open.fetch_sub(1, Ordering::Relaxed);
         }
         if let Some((balance, me)) = &self.0.balance {
             balance.add(*me, -1);
@@ -258,7 +257,7 @@ fn keep_or_hand_off(
 
 /// Serves `service` on `listener` until `shutdown` completes, then stops accepting and
 /// lets in-flight responses finish for at most `admission.grace`.
-pub(crate) async fn accept_loop<S: Service>(
+pub async fn accept_loop<S: Service>(
     listener: TcpListener,
     service: S,
     settings: Settings,
@@ -268,7 +267,7 @@ pub(crate) async fn accept_loop<S: Service>(
     let slots = Arc::clone(&admission.connection_slots);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Connections {
-        metrics: admission.metrics.clone(),
+        open_connections: admission.open_connections.clone(),
         balance: admission.balance.clone(),
         ..Connections::default()
     };

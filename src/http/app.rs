@@ -1,10 +1,6 @@
 //! The application behind the HTTP/1.1 layer: [`App`] (state, the track routes, the axum
-//! router for the ops endpoints) and [`Endpoint`], the [`Service`] one listener on one
-//! event loop calls. h1 hands it each request; it dispatches ([`super::dispatch`]), counts
-//! the exchange in [`super::metrics`] and writes its access-log line ([`super::access_log`]).
-
-use std::fs::File;
-use std::sync::Arc;
+//! router for the ops endpoints) and the [`ListenerRole`] that decides which of them a
+//! listener shows. [`super::endpoint`] is what h1 calls.
 
 use axum::Router;
 use axum::extract::Request as RouterRequest;
@@ -12,14 +8,9 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{MethodRouter, get};
 
-use super::access_log::{self, Finished, LogBuffer};
-use super::client_ip::TrustedProxies;
-use super::dispatch::{Dispatched, dispatch};
 use super::error::json_status;
 use super::routes::{Route, TrackRoutes};
-use super::service::{Answer, Exchange, Request, Service};
 use super::{AppState, ops};
-use crate::catalog::CacheOutcome;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,61 +77,5 @@ impl App {
             Ok(response) => response,
             Err(never) => match never {},
         }
-    }
-}
-
-/// The application as one listener on one event loop serves it: its role, and the loop's
-/// own access-log buffer (whose lock no other core takes).
-pub(crate) struct Endpoint {
-    pub(crate) app: App,
-    pub(crate) role: ListenerRole,
-    pub(crate) log: Option<Arc<LogBuffer>>,
-    pub(crate) trusted_proxies: Arc<TrustedProxies>,
-}
-
-impl Service for Endpoint {
-    type Context = (Route, CacheOutcome);
-
-    async fn call(&self, request: &Request<'_>) -> (Answer, (Route, CacheOutcome)) {
-        self.app.state.metrics.response_started();
-        let Dispatched {
-            route,
-            outcome,
-            mut answer,
-        } = dispatch(&self.app, self.role, request).await;
-        if route == Route::Track {
-            answer.pacing = self.app.state.files.pacing;
-        }
-        (answer, (route, outcome))
-    }
-
-    fn finish(&self, exchange: &Exchange<'_>, context: Option<(Route, CacheOutcome)>) {
-        let metrics = &self.app.state.metrics;
-        let (route, cache) = context.unwrap_or_else(|| {
-            // A refusal never reached `call`: it starts and ends here.
-            metrics.response_started();
-            (Route::Other, CacheOutcome::None)
-        });
-        let line = self
-            .log
-            .is_some()
-            .then(|| access_log::entry(exchange, cache, &self.trusted_proxies));
-        access_log::finish(
-            metrics,
-            self.log.as_deref(),
-            Finished {
-                route,
-                status: exchange.status.as_u16(),
-                bytes: exchange.bytes,
-                cache,
-                started: exchange.started,
-                head_written: exchange.head_written,
-                line,
-            },
-        );
-    }
-
-    fn file_changed(&self, file: &File) {
-        self.app.state.files.cache.evict_open(file);
     }
 }

@@ -157,3 +157,151 @@ fn not_allowed() -> Answer {
         .insert(header::ALLOW, HeaderValue::from_static(ALLOWED));
     answer
 }
+
+#[cfg(test)]
+mod tests {
+    //! The rules every route shares, decided without a socket: each request is a head's
+    //! bytes handed to the real dispatch of an app whose backends are down (nothing here
+    //! reaches them: every answer is decided before a lookup).
+
+    use std::net::IpAddr;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::config::Config;
+    use crate::http::AppState;
+
+    const ID: &str = "6b0dc37d3ba0d873deac9381";
+
+    async fn app(allow_origins: &[&str]) -> App {
+        let media = std::env::temp_dir();
+        let mut config = Config::defaults_with_roots(vec![media]).expect("config");
+        config.redis.target = crate::redis_link::RedisTarget::Single("redis://127.0.0.1:1".into());
+        config.redis.timeout = Duration::from_millis(20);
+        config.mongodb.uri = "mongodb://127.0.0.1:1/".into();
+        config.mongodb.timeout = Duration::from_millis(20);
+        config.cors.allow_origins = allow_origins.iter().map(|o| o.to_string()).collect();
+        let state = AppState::new(&config).await.expect("state");
+        App::new(state, &config.route_prefixes)
+    }
+
+    /// Dispatches `method target` with `headers` (lines without the final blank line).
+    async fn ask(
+        app: &App,
+        role: ListenerRole,
+        method: &str,
+        target: &str,
+        headers: &str,
+    ) -> Answer {
+        let head = format!("{method} {target} HTTP/1.1\r\nHost: h\r\n{headers}\r\n");
+        let method = Method::from_bytes(method.as_bytes()).expect("method");
+        let request = Request::new(
+            &method,
+            axum::http::Version::HTTP_11,
+            target,
+            target,
+            IpAddr::from([127, 0, 0, 1]),
+            Instant::now(),
+            head.as_bytes(),
+        );
+        dispatch(app, role, &request).await.answer
+    }
+
+    #[tokio::test]
+    async fn unknown_methods_are_501_and_known_ones_a_route_refuses_are_405_with_allow() {
+        let app = app(&[]).await;
+        let track = format!("/musicdb/{ID}/a.mp3");
+        for method in ["BREW", "CONNECT"] {
+            let answer = ask(&app, ListenerRole::All, method, &track, "").await;
+            assert_eq!(answer.status, StatusCode::NOT_IMPLEMENTED, "{method}");
+        }
+        for method in ["POST", "PUT", "DELETE", "PATCH", "TRACE", "OPTIONS"] {
+            let answer = ask(&app, ListenerRole::All, method, &track, "").await;
+            assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+            assert_eq!(answer.headers[header::ALLOW], "GET, HEAD", "{method}");
+        }
+        let answer = ask(&app, ListenerRole::All, "DELETE", "/healthz", "").await;
+        assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+        let answer = ask(&app, ListenerRole::All, "OPTIONS", "*", "").await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.headers[header::ALLOW], "GET, HEAD");
+    }
+
+    #[tokio::test]
+    async fn cors_grants_listed_origins_on_preflights_and_answers_and_nothing_to_others() {
+        let app = app(&["https://player.example"]).await;
+        let track = format!("/musicdb/{ID}/a.mp3");
+        let preflight = "Origin: https://player.example\r\nAccess-Control-Request-Method: GET\r\n";
+        let answer = ask(&app, ListenerRole::All, "OPTIONS", &track, preflight).await;
+        assert_eq!(answer.status, StatusCode::NO_CONTENT);
+        assert_eq!(
+            answer.headers[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "https://player.example"
+        );
+        assert!(
+            answer
+                .headers
+                .contains_key(header::ACCESS_CONTROL_ALLOW_METHODS)
+        );
+        // An answer decided before any lookup (a malformed id) carries the grant too.
+        let origin = "Origin: https://player.example\r\n";
+        let answer = ask(
+            &app,
+            ListenerRole::All,
+            "GET",
+            "/musicdb/nothex/a.mp3",
+            origin,
+        )
+        .await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            answer.headers[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+            "https://player.example"
+        );
+        let other = "Origin: https://evil.example\r\n";
+        let answer = ask(
+            &app,
+            ListenerRole::All,
+            "GET",
+            "/musicdb/nothex/a.mp3",
+            other,
+        )
+        .await;
+        assert!(
+            !answer
+                .headers
+                .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+        );
+        let other_preflight =
+            "Origin: https://evil.example\r\nAccess-Control-Request-Method: GET\r\n";
+        let answer = ask(&app, ListenerRole::All, "OPTIONS", &track, other_preflight).await;
+        assert_eq!(answer.status, StatusCode::NO_CONTENT);
+        assert!(
+            !answer
+                .headers
+                .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+        );
+    }
+
+    #[tokio::test]
+    async fn each_listener_role_answers_only_its_routes() {
+        let app = app(&[]).await;
+        let bad_track = "/musicdb/nothex/a.mp3";
+        let status = |answer: Answer| answer.status;
+        for (role, path, expected) in [
+            (ListenerRole::All, "/metrics", StatusCode::OK),
+            (ListenerRole::All, bad_track, StatusCode::BAD_REQUEST),
+            (ListenerRole::Public, "/metrics", StatusCode::NOT_FOUND),
+            (ListenerRole::Public, "/readyz", StatusCode::NOT_FOUND),
+            (ListenerRole::Public, "/healthz", StatusCode::OK),
+            (ListenerRole::Public, bad_track, StatusCode::BAD_REQUEST),
+            (ListenerRole::Ops, "/metrics", StatusCode::OK),
+            (ListenerRole::Ops, "/healthz", StatusCode::OK),
+            (ListenerRole::Ops, bad_track, StatusCode::NOT_FOUND),
+            (ListenerRole::Ops, "/nowhere", StatusCode::NOT_FOUND),
+        ] {
+            let got = status(ask(&app, role, "GET", path, "").await);
+            assert_eq!(got, expected, "{role:?} {path}");
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! text is built only when `/metrics` is scraped.
 
 use std::fmt::Write;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -105,7 +106,7 @@ pub struct Metrics {
     latency_sum_ns: AtomicU64,
     mongodb_errors: AtomicU64,
     in_flight: AtomicI64,
-    open_connections: AtomicI64,
+    open_connections: Arc<AtomicI64>,
     durations: RequestHistogram,
     ttfb: RequestHistogram,
 }
@@ -173,9 +174,9 @@ impl Metrics {
         self.mongodb_errors.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A connection opened (+1) or closed (-1).
-    pub fn connections(&self, delta: i64) {
-        self.open_connections.fetch_add(delta, Ordering::Relaxed);
+    /// The open-connections gauge, for the accept loops to count into.
+    pub fn open_connections(&self) -> Arc<AtomicI64> {
+        Arc::clone(&self.open_connections)
     }
 
     /// The Prometheus text exposition; `redis_errors` comes from the Redis link.
@@ -460,10 +461,9 @@ pub fn render_mongodb_waiting(out: &mut String, waiting: usize) {
     );
 }
 
-/// The access log's series (`super::access_log`): lines written, and lines lost to a sink
-/// that failed or did not keep up.
-pub fn render_access_log(out: &mut String, log: &super::access_log::AccessLog) {
-    let (written, dropped) = log.lines();
+/// The access log's series: lines written, and lines lost to a sink that failed or did
+/// not keep up.
+pub fn render_access_log(out: &mut String, written: u64, dropped: u64) {
     single(
         out,
         "musicd_access_log_lines_total",

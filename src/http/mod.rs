@@ -15,6 +15,7 @@ pub mod access_log;
 pub mod app;
 pub mod client_ip;
 pub(crate) mod dispatch;
+pub(crate) mod endpoint;
 pub(crate) mod error;
 pub mod file;
 pub mod h1;

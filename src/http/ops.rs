@@ -150,7 +150,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     super::metrics::render_evictions(&mut text, &state.evictions);
     super::metrics::render_mongodb_waiting(&mut text, state.resolver.store().waiting());
     if let Some(log) = &state.access_log {
-        super::metrics::render_access_log(&mut text, log);
+        let (written, dropped) = log.lines();
+        super::metrics::render_access_log(&mut text, written, dropped);
     }
     (
         [(

@@ -9,6 +9,7 @@ mod harness;
 mod access_control;
 mod access_log;
 mod binaries;
+mod boundaries;
 mod conformance;
 mod deploy;
 mod faults;

@@ -487,6 +487,57 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_line_takes_its_fields_from_the_head_and_its_client_from_trusted_proxies() {
+        use crate::http::service::{Request, RequestId};
+        let head = "GET /a?b HTTP/1.1\r\nHost: h\r\nUser-Agent: VLC\r\nReferer: http://r/\r\n\
+X-Forwarded-For: 9.9.9.9\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 2.2.2.2, 3.3.3.3\r\n\
+X-Real-IP: 4.4.4.4\r\n\r\n";
+        let method = axum::http::Method::GET;
+        let request = Request::new(
+            &method,
+            Version::HTTP_11,
+            "/a?b",
+            "/a?b",
+            IpAddr::from([10, 0, 0, 1]),
+            Instant::now(),
+            head.as_bytes(),
+        );
+        let request_id = RequestId::next();
+        let exchange = Exchange {
+            received: Received::Request(&request),
+            request_id: &request_id,
+            status: axum::http::StatusCode::PARTIAL_CONTENT,
+            bytes: 10,
+            complete: true,
+            started: Instant::now(),
+            head_written: None,
+        };
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().expect("net")]);
+        let line = entry(&exchange, CacheOutcome::None, &proxies);
+        assert_eq!(line.user_agent, b"VLC");
+        assert_eq!(line.referer, b"http://r/");
+        assert_eq!(line.range, b"");
+        assert_eq!(line.target, b"/a?b");
+        assert_eq!(
+            line.client,
+            IpAddr::from([3, 3, 3, 3]),
+            "the right end, via the proxy"
+        );
+        let untrusted = entry(&exchange, CacheOutcome::None, &TrustedProxies::default());
+        assert_eq!(untrusted.client, IpAddr::from([10, 0, 0, 1]), "the peer");
+        let refused = Exchange {
+            received: Received::Refused {
+                peer: IpAddr::from([10, 0, 0, 1]),
+                head: true,
+            },
+            ..exchange
+        };
+        let line = entry(&refused, CacheOutcome::None, &proxies);
+        assert_eq!((line.method, line.target), ("HEAD", &b""[..]));
+        assert_eq!(line.client, IpAddr::from([10, 0, 0, 1]));
+    }
+
+    #[test]
     fn pipe_writes_are_cut_at_line_ends() {
         let line = [b'a'; 99];
         let mut batch = Vec::new();

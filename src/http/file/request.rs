@@ -85,3 +85,36 @@ impl FileRequest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+    use std::time::Instant;
+
+    use axum::http::{Method, Version};
+
+    use super::*;
+
+    #[test]
+    fn a_track_request_keeps_the_first_plain_value_of_each_header_the_file_server_reads() {
+        let head = "HEAD /t/abc HTTP/1.1\r\nHost: h\r\nrange: bytes=0-1\r\nRange: bytes=5-\r\n\
+If-None-Match: \"e\"\r\nIf-Match: caf\u{e9}\r\nX-Musicd-Authorize: 1\r\n\r\n";
+        let method = Method::HEAD;
+        let request = Request::new(
+            &method,
+            Version::HTTP_11,
+            "/t/abc",
+            "/t/abc",
+            IpAddr::from([127, 0, 0, 1]),
+            Instant::now(),
+            head.as_bytes(),
+        );
+        let file_request = FileRequest::read(&request);
+        assert!(file_request.head);
+        assert!(file_request.authorize_only);
+        assert_eq!(file_request.range.as_deref(), Some("bytes=0-1"));
+        assert_eq!(file_request.if_none_match.as_deref(), Some("\"e\""));
+        assert_eq!(file_request.if_match, None, "not visible ASCII: ignored");
+        assert_eq!(file_request.read_at, Some(request.read_at));
+    }
+}
