@@ -17,10 +17,10 @@ pub struct RequestError {
 }
 
 /// The usual bound on a request to a service of ours.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A whole answer.
-pub struct Answer {
+/// A whole reply: the server's status, content type and body.
+pub struct Reply {
     /// The status.
     pub status: u16,
     /// `Content-Type`, when sent.
@@ -31,18 +31,22 @@ pub struct Answer {
 
 /// Sends `method path` with `headers` (`name: value` lines) to `base` (`http://host:port`),
 /// bounded by [`TIMEOUT`].
-pub fn request(
+pub(crate) fn request(
     base: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
-) -> Result<Answer, RequestError> {
+) -> Result<Reply, RequestError> {
     request_within(base, method, path, headers, TIMEOUT)
 }
 
 /// `GET path` from a listening address (an unspecified one, `0.0.0.0` or `::`, means this
 /// machine's loopback), each step within `timeout`.
-pub fn get_from(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answer, RequestError> {
+pub(crate) fn get_from(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<Reply, RequestError> {
     let mut addr = addr;
     if addr.ip().is_unspecified() {
         addr.set_ip(if addr.is_ipv4() {
@@ -55,13 +59,13 @@ pub fn get_from(addr: SocketAddr, path: &str, timeout: Duration) -> Result<Answe
 }
 
 /// [`request`] with each step (connect, write, read) bounded by `timeout`.
-pub fn request_within(
+pub(crate) fn request_within(
     base: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     timeout: Duration,
-) -> Result<Answer, RequestError> {
+) -> Result<Reply, RequestError> {
     let fail = |message: String| RequestError {
         method: method.to_string(),
         url: format!("{base}{path}"),
@@ -123,7 +127,7 @@ pub fn request_within(
             None => rest.to_vec(),
         }
     };
-    Ok(Answer {
+    Ok(Reply {
         status: response.code.unwrap_or(0),
         content_type: header("content-type"),
         body,

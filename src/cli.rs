@@ -13,10 +13,10 @@ use crate::config::Sources;
 pub struct ConfigArgs {
     /// Configuration file (TOML), shared by musicd and musicctl.
     #[arg(long, short, global = true, env = "MUSICD_CONFIG")]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Override a configuration key, e.g. `--set redis.url=redis://127.0.0.1:6380` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE", global = true)]
-    pub overrides: Vec<String>,
+    pub(crate) overrides: Vec<String>,
 }
 
 impl ConfigArgs {
@@ -69,5 +69,54 @@ impl Describe {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
             other => other,
         }
+    }
+}
+
+/// An error and its causes on one line, each cause said once: a message that already
+/// quotes its cause (`cannot read config file x: No such file…`) is not followed by the
+/// same cause again, as `{:#}` would print it.
+pub fn error_line<'a>(
+    chain: impl IntoIterator<Item = &'a (dyn std::error::Error + 'static)>,
+) -> String {
+    let mut line = String::new();
+    for cause in chain {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+/// The causes of `err`, itself first.
+pub fn causes<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |err| err.source())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read x: {source}")]
+        struct Quoting {
+            source: std::io::Error,
+        }
+        #[derive(Debug, thiserror::Error)]
+        #[error("loading failed")]
+        struct Wrapping(#[source] Quoting);
+        let err = Wrapping(Quoting {
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+        let line = error_line(causes(&err));
+        assert_eq!(line, "loading failed: cannot read x: entity not found");
     }
 }

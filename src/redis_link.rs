@@ -16,7 +16,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// How often a down link tries to reconnect.
-pub const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Why a Redis command did not produce an answer.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +45,7 @@ pub enum LinkError {
 impl LinkError {
     /// Whether Redis hangs (accepts, or at least does not refuse, and never answers) rather
     /// than refusing: what `/readyz` and `musicctl health` tell an operator.
-    pub fn is_hang(&self) -> bool {
+    pub(crate) fn is_hang(&self) -> bool {
         match self {
             LinkError::Timeout(_) | LinkError::Down { hung: true, .. } => true,
             LinkError::Redis(err) => timed_out(err),
@@ -65,7 +65,7 @@ pub use crate::config::RedisTarget;
 
 /// A connection to either kind of target; commands are routed by key in a cluster.
 #[derive(Clone)]
-pub enum RedisConn {
+pub(crate) enum RedisConn {
     /// One server.
     Single(MultiplexedConnection),
     /// A cluster.
@@ -128,7 +128,7 @@ pub struct RedisLink {
 
 impl RedisLink {
     /// Creates a link; nothing is connected until the first command.
-    pub fn new(target: &RedisTarget, timeout: Duration) -> Result<RedisLink, LinkError> {
+    pub(crate) fn new(target: &RedisTarget, timeout: Duration) -> Result<RedisLink, LinkError> {
         let client = match target {
             RedisTarget::Single(url) => {
                 Client::Single(redis::Client::open(url.as_str()).map_err(LinkError::Url)?)
@@ -154,18 +154,13 @@ impl RedisLink {
         })
     }
 
-    /// Whether the last command reached Redis.
-    pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
-    }
-
     /// Commands that failed since start (unreachable, timed out, or refused).
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
     }
 
     /// Runs one command (or pipeline) on the shared connection.
-    pub async fn run<T, F, Fut>(&self, command: F) -> Result<T, LinkError>
+    pub(crate) async fn run<T, F, Fut>(&self, command: F) -> Result<T, LinkError>
     where
         F: FnOnce(RedisConn) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -302,7 +297,10 @@ impl RedisLink {
 /// The URLs of every master of the target: the one server, or each master of the cluster
 /// (read from `CLUSTER NODES` of the first seed that answers). Scans that must see every
 /// key (purge, prune) run once per master.
-pub async fn masters(target: &RedisTarget, timeout: Duration) -> Result<Vec<String>, LinkError> {
+pub(crate) async fn masters(
+    target: &RedisTarget,
+    timeout: Duration,
+) -> Result<Vec<String>, LinkError> {
     let seeds = match target {
         RedisTarget::Single(url) => return Ok(vec![url.clone()]),
         RedisTarget::Cluster(seeds) => seeds,
@@ -330,7 +328,7 @@ pub async fn masters(target: &RedisTarget, timeout: Duration) -> Result<Vec<Stri
 }
 
 /// A plain connection to one node (no cluster routing).
-pub async fn connect_node(
+pub(crate) async fn connect_node(
     url: &str,
     timeout: Duration,
 ) -> Result<MultiplexedConnection, LinkError> {

@@ -46,7 +46,7 @@ impl Server {
     }
 
     /// The state every request shares (readiness at start, the access log for SIGUSR1).
-    pub fn state(&self) -> &AppState {
+    pub(crate) fn state(&self) -> &AppState {
         &self.app.state
     }
 

@@ -21,7 +21,7 @@ use sha2::Sha256;
 
 /// Why a link is refused (each a 403).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SignatureError {
+pub(crate) enum SignatureError {
     /// Missing (when required), malformed or wrong.
     #[error("invalid signature")]
     Invalid,
@@ -35,7 +35,7 @@ pub enum SignatureError {
 
 impl SignatureError {
     /// What the client is told.
-    pub fn message(&self) -> &'static str {
+    pub(crate) fn message(&self) -> &'static str {
         match self {
             SignatureError::Invalid => "invalid signature",
             SignatureError::Expired => "link expired",
@@ -46,18 +46,15 @@ impl SignatureError {
 
 /// The signature parameters of a request's query, as received.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LinkParams {
-    /// `expires`.
-    pub expires: Option<String>,
-    /// `kid`.
-    pub kid: Option<String>,
-    /// `sig`.
-    pub sig: Option<String>,
+pub(crate) struct LinkParams {
+    pub(crate) expires: Option<String>,
+    pub(crate) kid: Option<String>,
+    pub(crate) sig: Option<String>,
 }
 
 impl LinkParams {
     /// Whether the request carries any signature parameter.
-    pub fn present(&self) -> bool {
+    pub(crate) fn present(&self) -> bool {
         self.expires.is_some() || self.kid.is_some() || self.sig.is_some()
     }
 }
@@ -66,7 +63,7 @@ impl LinkParams {
 #[derive(Clone)]
 pub struct SigningKey {
     /// Its id (`kid`).
-    pub id: String,
+    pub(crate) id: String,
     /// HMAC keyed once: each check clones it instead of hashing the key's pads again
     /// (two of the four SHA-256 blocks a short link costs).
     keyed: Hmac<Sha256>,
@@ -108,16 +105,16 @@ impl SigningKey {
 
 /// The configured keys and whether every track request must be signed.
 #[derive(Debug, Clone, Default)]
-pub struct Signing {
+pub(crate) struct Signing {
     /// Unsigned track requests are refused.
-    pub required: bool,
+    pub(crate) required: bool,
     /// The keys, any of which may have signed a link.
-    pub keys: Vec<SigningKey>,
+    pub(crate) keys: Vec<SigningKey>,
 }
 
 impl Signing {
     /// The keys and policy of the `[signing]` table.
-    pub fn from_config(config: &crate::config::SigningConfig) -> Signing {
+    pub(crate) fn from_config(config: &crate::config::SigningConfig) -> Signing {
         Signing {
             required: config.required,
             keys: config
@@ -131,7 +128,7 @@ impl Signing {
     /// Checks the link parameters of a request for `id` at `now` (Unix seconds). Without
     /// any parameter, the request passes unless signing is required; a signature that is
     /// present is always checked.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         id: &ObjectId,
         params: &LinkParams,
@@ -172,7 +169,7 @@ impl Signing {
     }
 
     /// The key to sign with: `kid`, or the first one.
-    pub fn key(&self, kid: Option<&str>) -> Option<&SigningKey> {
+    pub(crate) fn key(&self, kid: Option<&str>) -> Option<&SigningKey> {
         match kid {
             Some(kid) => self.keys.iter().find(|key| key.id == kid),
             None => self.keys.first(),
@@ -181,7 +178,7 @@ impl Signing {
 }
 
 /// Now, in Unix seconds.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

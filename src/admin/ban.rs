@@ -6,6 +6,8 @@
 //! `track_6b0e*` bans `^(/musicdb|/stream/musicdb)/6b0e[^/?]*([/?]|$)`. A pattern that does
 //! not start with the key prefix names no track URL and bans nothing.
 
+use serde::Serialize;
+
 use super::AdminError;
 
 /// The URL regex of one track id under these route prefixes.
@@ -14,13 +16,13 @@ pub fn id_regex(prefixes: &[String], id: &str) -> String {
 }
 
 /// The URL regex of several track ids (an alternation) under these route prefixes.
-pub fn ids_regex(prefixes: &[String], ids: &[String]) -> String {
+pub(crate) fn ids_regex(prefixes: &[String], ids: &[String]) -> String {
     let ids: Vec<String> = ids.iter().map(|id| regex_escape(id)).collect();
     format!("{}({})([/?]|$)", prefix_group(prefixes), ids.join("|"))
 }
 
 /// The URL regex of every track URL under these route prefixes.
-pub fn everything_regex(prefixes: &[String]) -> String {
+pub(crate) fn everything_regex(prefixes: &[String]) -> String {
     prefix_group(prefixes)
 }
 
@@ -78,10 +80,74 @@ fn regex_escape(text: &str) -> String {
 
 /// Sends `BAN` with `X-Ban-Url: regex` to a cache at `base` (`http://host:port`); the
 /// status it answered.
-pub fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
+pub(crate) fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
     crate::blocking_http::request(base, "BAN", "/", &[("X-Ban-Url", regex)])
         .map(|a| a.status)
         .map_err(AdminError::from)
+}
+
+/// What one cache did with a ban.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BanOutcome {
+    /// The cache (`[http_caches] ban_urls`).
+    pub url: String,
+    /// The URL regex banned.
+    pub regex: String,
+    /// The status it answered (200: taken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why it could not be asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Not sent: a dry run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+impl BanOutcome {
+    /// Whether the cache took the ban (a dry run takes nothing and fails nothing).
+    pub fn taken(&self) -> bool {
+        self.dry_run || self.status == Some(200)
+    }
+
+    /// One line: `ban: url regex -> status`.
+    pub fn render(&self) -> String {
+        match (self.status, &self.error) {
+            (Some(status), _) => format!("ban: {} {} -> {status}", self.url, self.regex),
+            (None, Some(error)) => format!("ban: {} failed: {error}", self.url),
+            (None, None) => format!("ban: {} {} (dry run)", self.url, self.regex),
+        }
+    }
+}
+
+/// Bans `regex` in every cache of `urls` (none when `regex` is `None`: the purge named no
+/// track URL).
+pub(crate) fn ban_everywhere(
+    urls: &[String],
+    regex: Option<&str>,
+    dry_run: bool,
+) -> Vec<BanOutcome> {
+    let Some(regex) = regex else {
+        return Vec::new();
+    };
+    urls.iter()
+        .map(|url| {
+            let mut outcome = BanOutcome {
+                url: url.clone(),
+                regex: regex.to_string(),
+                status: None,
+                error: None,
+                dry_run,
+            };
+            if !dry_run {
+                match ban(url, regex) {
+                    Ok(status) => outcome.status = Some(status),
+                    Err(err) => outcome.error = Some(err.to_string()),
+                }
+            }
+            outcome
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,8 +4,14 @@
 //! the body. The old service's habit of answering an unknown id with `200 "no file"` is
 //! flagged for what it is.
 
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use rand::RngExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+
+use super::{AdminError, Backends};
+use crate::catalog::StoredPath;
+use crate::config::Config;
 
 /// One server's answer to one URL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -15,13 +21,13 @@ pub struct Fetched {
     /// Body bytes.
     pub length: u64,
     /// `Content-Type`, when sent.
-    pub content_type: Option<String>,
+    pub(crate) content_type: Option<String>,
     /// SHA-256 of the body, hex.
-    pub sha256: String,
+    pub(crate) sha256: String,
     /// A 200 whose body is the old service's `no file`.
     pub no_file: bool,
     /// Why there was no answer.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// The comparison of one track.
@@ -39,8 +45,116 @@ pub struct Comparison {
     pub differences: Vec<String>,
 }
 
+/// A comparison over a sample of the catalogue.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareReport {
+    /// Tracks compared.
+    pub compared: usize,
+    /// Tracks both servers answered alike.
+    pub agree: usize,
+    /// Tracks they answered differently.
+    pub disagree: usize,
+    /// Tracks the other server answered `200 "no file"`.
+    pub no_file_with_200: usize,
+    /// Each track.
+    pub tracks: Vec<Comparison>,
+}
+
+impl CompareReport {
+    /// 0 when every track agrees, else 1.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.disagree > 0)
+    }
+
+    /// One line per track, then the totals.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for track in &self.tracks {
+            if track.agree {
+                out.push_str(&format!(
+                    "{}  agree  {} {} bytes\n",
+                    track.id, track.musicd.status, track.musicd.length
+                ));
+            } else {
+                out.push_str(&format!(
+                    "{}  DIFFER {}\n",
+                    track.id,
+                    track.differences.join("; ")
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "compare: {} tracks, {} agree, {} differ ({} answered 200 \"no file\" by the other server)\n",
+            self.compared, self.agree, self.disagree, self.no_file_with_200
+        ));
+        out
+    }
+}
+
+/// Compares musicd at `base` (default: the configured `listen`) with the server at
+/// `against`, on every track of the catalogue or a uniform random `sample` of it (drawn
+/// by reservoir sampling, so the catalogue is never held whole).
+pub async fn compare_catalogue(
+    config: &Config,
+    backends: &Backends,
+    against: &str,
+    base: Option<String>,
+    sample: Option<usize>,
+) -> Result<CompareReport, AdminError> {
+    let base = base.unwrap_or_else(|| format!("http://{}", config.listen));
+    let prefix = config
+        .route_prefixes
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "/musicdb".into());
+    let mut picked: Vec<(String, String)> = Vec::new();
+    let mut seen = 0usize;
+    let mut rng = rand::rng();
+    super::list::list(backends, None, |track| {
+        let name = match &track.path {
+            StoredPath::Path(p) => std::path::Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "track".into()),
+            StoredPath::Invalid(_) => "track".into(),
+        };
+        let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
+        let entry = (
+            track.id.to_hex(),
+            format!("{prefix}/{}/{encoded}", track.id.to_hex()),
+        );
+        seen += 1;
+        match sample {
+            Some(n) if picked.len() >= n => {
+                let at = rng.random_range(0..seen);
+                if at < n {
+                    picked[at] = entry;
+                }
+            }
+            _ => picked.push(entry),
+        }
+    })
+    .await?;
+    let against = against.to_string();
+    let tracks: Vec<Comparison> = tokio::task::spawn_blocking(move || {
+        picked
+            .iter()
+            .map(|(id, path)| compare(&base, &against, id, path))
+            .collect()
+    })
+    .await?;
+    let disagree = tracks.iter().filter(|c| !c.agree).count();
+    Ok(CompareReport {
+        compared: tracks.len(),
+        agree: tracks.len() - disagree,
+        disagree,
+        no_file_with_200: tracks.iter().filter(|c| c.other.no_file).count(),
+        tracks,
+    })
+}
+
 /// Compares the answers of `musicd` and `other` (both `http://host:port`) for `path`.
-pub fn compare(musicd: &str, other: &str, id: &str, path: &str) -> Comparison {
+pub(crate) fn compare(musicd: &str, other: &str, id: &str, path: &str) -> Comparison {
     let ours = fetch(musicd, path);
     let theirs = fetch(other, path);
     let mut differences = Vec::new();
@@ -75,7 +189,7 @@ pub fn compare(musicd: &str, other: &str, id: &str, path: &str) -> Comparison {
 }
 
 /// GET `base` + `path` ([`crate::blocking_http`]).
-pub fn fetch(base: &str, path: &str) -> Fetched {
+pub(crate) fn fetch(base: &str, path: &str) -> Fetched {
     match crate::blocking_http::request(base, "GET", path, &[]) {
         Ok(answer) => Fetched {
             status: answer.status,

@@ -20,21 +20,21 @@ use super::Backends;
 
 /// One check's result.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// What was checked.
-    pub name: String,
+    pub(crate) name: String,
     /// `ok`, `degraded` or `down`.
-    pub state: Verdict,
+    pub(crate) state: Verdict,
     /// Round trip, when measured.
-    pub latency_ms: Option<f64>,
+    pub(crate) latency_ms: Option<f64>,
     /// Detail for a human.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// Overall and per-check verdicts, ordered from good to bad.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Fine.
     Ok,
     /// Serving, but not as designed.
@@ -47,9 +47,9 @@ pub enum Verdict {
 #[derive(Debug, Clone, Serialize)]
 pub struct HealthReport {
     /// The worst check's verdict.
-    pub status: Verdict,
+    pub(crate) status: Verdict,
     /// Every check.
-    pub checks: Vec<Check>,
+    pub(crate) checks: Vec<Check>,
 }
 
 impl HealthReport {

@@ -43,6 +43,26 @@ pub struct ImportReport {
     pub already_present: usize,
 }
 
+impl ImportReport {
+    /// One `id<TAB>path` line per new document.
+    pub fn render(&self) -> String {
+        self.inserted
+            .iter()
+            .map(|track| format!("{}\t{}\n", track.id.to_hex(), track.path.display()))
+            .collect()
+    }
+
+    /// The totals, one line.
+    pub fn summary(&self) -> String {
+        format!(
+            "import: {} audio files, {} new, {} already present",
+            self.found,
+            self.inserted.len(),
+            self.already_present
+        )
+    }
+}
+
 /// Imports every audio file under `dir` (which must lie under a media root).
 pub async fn import(backends: &Backends, dir: &Path) -> Result<ImportReport, AdminError> {
     let dir = std::fs::canonicalize(dir).map_err(|source| AdminError::Io {
@@ -72,7 +92,7 @@ pub async fn import(backends: &Backends, dir: &Path) -> Result<ImportReport, Adm
 }
 
 /// Imports these files (canonical paths under a media root), as [`import`] does.
-pub async fn import_files(
+pub(crate) async fn import_files(
     backends: &Backends,
     files: &[PathBuf],
 ) -> Result<ImportReport, AdminError> {
@@ -179,7 +199,7 @@ fn track_document(id: ObjectId, field: &str, path: &Path) -> Result<Document, Ad
 }
 
 /// Audio files under `dir`, sorted, not following symlinked directories (no loops).
-pub fn audio_files(dir: &Path) -> Result<Vec<PathBuf>, AdminError> {
+pub(crate) fn audio_files(dir: &Path) -> Result<Vec<PathBuf>, AdminError> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(current) = pending.pop() {

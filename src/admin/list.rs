@@ -47,3 +47,35 @@ pub async fn list(
     }
     Ok(count)
 }
+
+/// Writes up to `limit` tracks to `out`, one `id<TAB>path` line each (an unusable path as
+/// `(invalid: why)`); a write that fails (a closed pipe) stops the listing with its error.
+pub async fn write_tsv(
+    backends: &Backends,
+    limit: Option<u64>,
+    out: &mut impl std::io::Write,
+) -> Result<u64, AdminError> {
+    let mut write_error = None;
+    let count = list(backends, limit, |track| {
+        if write_error.is_some() {
+            return;
+        }
+        let path = match track.path {
+            StoredPath::Path(p) => p,
+            StoredPath::Invalid(why) => format!("(invalid: {why})"),
+        };
+        if let Err(err) = writeln!(out, "{}\t{path}", track.id.to_hex()) {
+            write_error = Some(err);
+        }
+    })
+    .await?;
+    let io = |source| AdminError::Io {
+        path: "standard output".into(),
+        source,
+    };
+    if let Some(err) = write_error {
+        return Err(io(err));
+    }
+    out.flush().map_err(io)?;
+    Ok(count)
+}

@@ -26,6 +26,9 @@ pub enum AdminError {
     /// Redis failed.
     #[error(transparent)]
     Redis(#[from] LinkError),
+    /// The Redis cache failed.
+    #[error(transparent)]
+    Cache(#[from] crate::catalog::cache::CacheError),
     /// A client could not be built.
     #[error(transparent)]
     Backend(#[from] crate::catalog::backends::BackendError),
@@ -38,6 +41,9 @@ pub enum AdminError {
     /// An HTTP server (a cache to ban in, a service to compare) gave no answer.
     #[error(transparent)]
     Http(#[from] crate::blocking_http::RequestError),
+    /// A worker task stopped before it finished.
+    #[error("a worker task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
     /// The file system failed.
     #[error("{path}: {source}")]
     Io {

@@ -16,6 +16,10 @@ use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
 use super::AdminError;
+use super::ban::{self, BanOutcome};
+use crate::catalog::backends::Backends;
+use crate::catalog::evictions;
+use crate::config::Config;
 use crate::redis_link::{self, RedisTarget};
 
 /// How to purge.
@@ -49,7 +53,169 @@ pub struct PurgeReport {
     /// Wall time in seconds.
     pub seconds: f64,
     /// Whether this was a dry run.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
+}
+
+/// What to purge: one id, or the keys a glob matches.
+#[derive(Debug, Clone)]
+pub enum PurgeTarget {
+    /// One track id (24 hex digits).
+    Id(String),
+    /// A Redis glob; `force` allows one that matches every key in Redis.
+    Pattern {
+        /// The glob.
+        pattern: String,
+        /// Allow a glob that matches everything.
+        force: bool,
+    },
+}
+
+/// A whole purge, everywhere a track's answer is kept: the Redis keys, every musicd's
+/// in-process cache (told through the eviction channel), and every HTTP cache in front
+/// (`[http_caches] ban_urls`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum Purged {
+    /// One id.
+    Id {
+        /// Its Redis key.
+        key: String,
+        /// Whether the key existed (and was removed).
+        removed: bool,
+        /// Nothing was changed.
+        dry_run: bool,
+        /// What each HTTP cache did.
+        bans: Vec<BanOutcome>,
+    },
+    /// A glob.
+    Pattern {
+        /// What the Redis purge did.
+        #[serde(flatten)]
+        report: PurgeReport,
+        /// What each HTTP cache did.
+        bans: Vec<BanOutcome>,
+    },
+}
+
+impl Purged {
+    /// 0 when every key that matched is gone and every cache took its ban, else 1.
+    pub fn exit_code(&self) -> u8 {
+        let (failed, bans) = match self {
+            Purged::Id { bans, .. } => (0, bans),
+            Purged::Pattern { report, bans } => (report.failed, bans),
+        };
+        u8::from(failed > 0 || !bans.iter().all(BanOutcome::taken))
+    }
+
+    /// The report for a terminal.
+    pub fn render(&self) -> String {
+        let (mut out, bans) = match self {
+            Purged::Id {
+                key,
+                removed,
+                dry_run,
+                bans,
+            } => {
+                let what = match (dry_run, removed) {
+                    (true, _) => "(dry run)",
+                    (false, true) => "removed",
+                    (false, false) => "was not cached",
+                };
+                (format!("purge: {key} {what}\n"), bans)
+            }
+            Purged::Pattern { report, bans } if report.dry_run => {
+                let mut out = format!(
+                    "purge (dry run): {} keys match on {} node(s); nothing deleted ({:.2}s)\n",
+                    report.matched, report.nodes, report.seconds
+                );
+                for key in &report.sample {
+                    out.push_str(&format!("  \"{key}\"\n"));
+                }
+                (out, bans)
+            }
+            Purged::Pattern { report, bans } => {
+                let failed = if report.failed > 0 {
+                    format!("; {} could not be removed", report.failed)
+                } else {
+                    String::new()
+                };
+                let out = format!(
+                    "purge: removed {} of {} matching keys on {} node(s) in {:.2}s{failed}\n",
+                    report.removed, report.matched, report.nodes, report.seconds
+                );
+                (out, bans)
+            }
+        };
+        for ban in bans {
+            out.push_str(&ban.render());
+            out.push('\n');
+        }
+        out
+    }
+}
+
+/// Purges `target` everywhere (see [`Purged`]); `on_progress` hears a glob's progress.
+pub async fn purge_everywhere(
+    config: &Config,
+    backends: &Backends,
+    target: PurgeTarget,
+    options: &PurgeOptions,
+    on_progress: impl FnMut(PurgeProgress),
+) -> Result<Purged, AdminError> {
+    let dry_run = options.dry_run;
+    let (pattern, force) = match target {
+        PurgeTarget::Id(id) => {
+            let oid = mongodb::bson::oid::ObjectId::parse_str(&id)
+                .map_err(|_| AdminError::Usage(format!("`{id}` is not a 24-digit hex ObjectId")))?;
+            let cache = &backends.cache;
+            let removed = if dry_run {
+                false
+            } else {
+                let removed = cache.forget(&oid).await?;
+                // Every musicd forgets it now rather than at the end of its in-process TTL.
+                evictions::publish(cache.link(), cache.prefix(), Some(&[oid])).await?;
+                removed
+            };
+            let regex = ban::id_regex(&config.route_prefixes, &oid.to_hex());
+            return Ok(Purged::Id {
+                key: cache.key(&oid),
+                removed,
+                dry_run,
+                bans: ban::ban_everywhere(&config.ban_urls, Some(&regex), dry_run),
+            });
+        }
+        PurgeTarget::Pattern { pattern, force } => (pattern, force),
+    };
+    if pattern.is_empty() {
+        return Err(AdminError::Usage(format!(
+            "an empty pattern matches nothing; did you mean \"{}*\"?",
+            config.redis.prefix
+        )));
+    }
+    if matches_everything(pattern.as_bytes()) && !force {
+        return Err(AdminError::Usage(format!(
+            "`{pattern}` matches every key in Redis, not just musicd's; add --force if you mean it"
+        )));
+    }
+    let options = PurgeOptions {
+        pattern: pattern.clone().into_bytes(),
+        ..options.clone()
+    };
+    let report = purge(
+        &config.redis.target,
+        config.redis.batch_timeout(),
+        &options,
+        on_progress,
+    )
+    .await?;
+    if !dry_run {
+        evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
+    }
+    let regex = ban::glob_regex(&config.route_prefixes, &config.redis.prefix, &pattern);
+    Ok(Purged::Pattern {
+        report,
+        bans: ban::ban_everywhere(&config.ban_urls, regex.as_deref(), dry_run),
+    })
 }
 
 /// Progress, for a progress line.
@@ -193,7 +359,7 @@ async fn unlink(
 }
 
 /// A key for display: printable ASCII as is, everything else as `\xNN`.
-pub fn escape(key: &[u8]) -> String {
+pub(crate) fn escape(key: &[u8]) -> String {
     let mut out = String::with_capacity(key.len());
     for &b in key {
         match b {

@@ -53,7 +53,49 @@ pub struct ReindexReport {
     /// Wall time in seconds.
     pub seconds: f64,
     /// Whether this was a dry run.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
+    /// Whether stale cache entries were looked for.
+    #[serde(skip)]
+    pub(crate) prune: bool,
+}
+
+impl ReindexReport {
+    /// 0 unless a write failed.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.write_failed > 0)
+    }
+
+    /// The report for a terminal.
+    pub fn render(&self) -> String {
+        let verb = if self.dry_run {
+            "would index"
+        } else {
+            "indexed"
+        };
+        let mut out = format!(
+            "reindex: {} documents in {:.2}s ({:.0}/s): {verb} {}, missing file {}, outside roots {}, invalid document {}, write failed {}\n",
+            self.documents,
+            self.seconds,
+            self.documents as f64 / self.seconds.max(1e-9),
+            self.indexed,
+            self.missing_file,
+            self.outside_roots,
+            self.invalid_document,
+            self.write_failed
+        );
+        if self.prune {
+            let verb = if self.dry_run {
+                "would prune"
+            } else {
+                "pruned"
+            };
+            out.push_str(&format!(
+                "prune: {} cache entries examined, {verb} {}\n",
+                self.cache_entries, self.pruned
+            ));
+        }
+        out
+    }
 }
 
 /// Progress, for a progress line.
@@ -87,6 +129,7 @@ pub async fn reindex(
     let field = backends.store.path_field().to_string();
     let mut report = ReindexReport {
         dry_run: options.dry_run,
+        prune: options.prune,
         ..ReindexReport::default()
     };
     let mut batches = CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size).await?;
@@ -136,7 +179,7 @@ pub async fn reindex(
 
 /// The whole catalogue, read from one cursor a batch at a time: memory stays flat for
 /// any collection size (`reindex`, `verify`).
-pub struct CatalogueBatches {
+pub(crate) struct CatalogueBatches {
     cursor: mongodb::Cursor<Document>,
     size: usize,
     exhausted: bool,
@@ -144,7 +187,7 @@ pub struct CatalogueBatches {
 
 impl CatalogueBatches {
     /// A cursor over every document, with only the fields of `projection`.
-    pub async fn open(
+    pub(crate) async fn open(
         backends: &Backends,
         projection: Document,
         size: usize,
@@ -164,12 +207,12 @@ impl CatalogueBatches {
     }
 
     /// Whether the last batch was read.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.exhausted
     }
 
     /// The next batch: full, or short (and then the last).
-    pub async fn next(&mut self) -> Result<Vec<Document>, AdminError> {
+    pub(crate) async fn next(&mut self) -> Result<Vec<Document>, AdminError> {
         let mut batch = Vec::with_capacity(self.size);
         while batch.len() < self.size {
             match self.cursor.try_next().await? {
@@ -232,17 +275,17 @@ async fn write_batch(
 
 /// A cache entry that disagrees with MongoDB or the disk.
 #[derive(Debug, Clone)]
-pub struct StaleEntry {
+pub(crate) struct StaleEntry {
     /// The id its key names.
-    pub id: ObjectId,
+    pub(crate) id: ObjectId,
     /// What it holds: a path, or empty for a negative entry.
-    pub value: Vec<u8>,
+    pub(crate) value: Vec<u8>,
     /// Why it is stale.
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// What to do with the stale entries a scan finds.
-pub enum OnStale<'a> {
+pub(crate) enum OnStale<'a> {
     /// Remove them (count only, with `dry_run`).
     Remove,
     /// Keep them for a report.
@@ -251,7 +294,7 @@ pub enum OnStale<'a> {
 
 /// Scans every cache entry (each master of a cluster) and checks it against MongoDB and
 /// the disk: `reindex --prune` removes what disagrees, `verify` reports it.
-pub async fn scan_stale(
+pub(crate) async fn scan_stale(
     backends: &Backends,
     target: &RedisTarget,
     timeout: Duration,
@@ -388,7 +431,7 @@ async fn stale_keys(
 }
 
 /// Escapes glob metacharacters so a prefix matches literally in `SCAN MATCH`.
-pub fn escape_glob(literal: &[u8]) -> Vec<u8> {
+pub(crate) fn escape_glob(literal: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(literal.len());
     for &b in literal {
         if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {

@@ -29,6 +29,31 @@ pub struct ResolveReport {
     pub servable: bool,
 }
 
+impl ResolveReport {
+    /// 0 when musicd would serve the id, else 1.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.servable)
+    }
+
+    /// The report for a terminal, one line per place looked.
+    pub fn render(&self) -> String {
+        let file = match (&self.file, &self.problem) {
+            (Some(file), _) => format!("{file} (served)"),
+            (None, Some(problem)) => format!("not served: {problem}"),
+            (None, None) => "not served".into(),
+        };
+        format!(
+            "id        {}\nkey       {}\nredis     {} {}\nmongodb   {} {}\nfile      {file}\n",
+            self.id,
+            self.key,
+            self.cache,
+            self.cached_path.as_deref().unwrap_or(""),
+            self.database,
+            self.database_path.as_deref().unwrap_or(""),
+        )
+    }
+}
+
 /// Inspects one id in Redis, MongoDB and on disk.
 pub async fn resolve(backends: &Backends, id: &str) -> Result<ResolveReport, AdminError> {
     let oid = ObjectId::parse_str(id)

@@ -39,7 +39,7 @@ use crate::redis_link::RedisTarget;
 /// What a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Kind {
+pub(crate) enum Kind {
     /// The document's path does not exist.
     Missing,
     /// The path resolves outside every media root.
@@ -68,7 +68,7 @@ pub enum Kind {
 
 impl Kind {
     /// Its name in reports.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Missing => "missing",
             Kind::OutsideRoots => "outside_roots",
@@ -86,33 +86,33 @@ impl Kind {
     }
 
     /// Warnings do not fail a run unless `--strict`.
-    pub fn is_warning(self) -> bool {
+    pub(crate) fn is_warning(self) -> bool {
         matches!(self, Kind::SlowStart | Kind::NoSeekTable | Kind::SizeDrift)
     }
 }
 
 /// One thing found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// What it is.
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// The document's id (`None` for an orphan).
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// The path concerned.
-    pub path: String,
+    pub(crate) path: String,
     /// Specifics.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 /// What a verify run found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VerifyReport {
     /// Documents checked.
-    pub checked: u64,
+    pub(crate) checked: u64,
     /// Findings by kind.
-    pub counts: BTreeMap<&'static str, u64>,
+    pub(crate) counts: BTreeMap<&'static str, u64>,
     /// Every finding, by kind then path.
-    pub findings: Vec<Finding>,
+    pub(crate) findings: Vec<Finding>,
 }
 
 impl VerifyReport {
@@ -193,6 +193,80 @@ impl VerifyReport {
             .any(|f| !repaired(f.kind) && (strict || !f.kind.is_warning()));
         u8::from(failing)
     }
+}
+
+/// What to do about the safe repairs a check finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repairs {
+    /// Nothing.
+    Ignore,
+    /// Say what `--fix --yes` would do (`--fix`).
+    Show,
+    /// Make them (`--fix --yes`).
+    Make,
+}
+
+/// A check and what was done about it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verified {
+    /// The check.
+    #[serde(flatten)]
+    pub report: VerifyReport,
+    /// What the repairs did, when they were made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<Fixed>,
+    #[serde(skip)]
+    repairs: Repairs,
+}
+
+impl Verified {
+    /// 0 when nothing but warnings is left (with `strict`, nothing at all), else 1.
+    pub fn exit_code(&self, strict: bool) -> u8 {
+        match &self.fixed {
+            Some(fixed) => self.report.exit_code_after(fixed, strict),
+            None => self.report.exit_code(strict),
+        }
+    }
+
+    /// The findings, the totals, and the repairs made or possible.
+    pub fn render(&self) -> String {
+        let mut out = self.report.render();
+        let (stale, orphans) = self.report.repairs();
+        match (&self.fixed, self.repairs) {
+            (Some(fixed), _) => out.push_str(&format!(
+                "fixed: removed {} stale cache entries, imported {} orphans\n",
+                fixed.pruned, fixed.imported
+            )),
+            (None, Repairs::Show) => out.push_str(&format!(
+                "--fix would remove {} stale cache entries and import {} orphans (add --yes to do it)\n",
+                stale.len(),
+                orphans.len()
+            )),
+            (None, _) => {}
+        }
+        out
+    }
+}
+
+/// Checks the catalogue ([`verify`]), then deals with the safe repairs as `repairs` says.
+pub async fn verify_and_repair(
+    backends: &Backends,
+    target: &RedisTarget,
+    timeout: Duration,
+    options: &VerifyOptions,
+    repairs: Repairs,
+    progress: impl FnMut(VerifyProgress),
+) -> Result<Verified, AdminError> {
+    let report = verify(backends, target, timeout, options, progress).await?;
+    let fixed = match repairs {
+        Repairs::Make => Some(fix(backends, &report).await?),
+        Repairs::Ignore | Repairs::Show => None,
+    };
+    Ok(Verified {
+        report,
+        fixed,
+        repairs,
+    })
 }
 
 /// Makes the safe repairs of a report: removes its stale cache entries (deleting an entry

@@ -11,12 +11,11 @@ use clap::{CommandFactory, Parser, Subcommand};
 // thread-local free lists make those allocations nearly free.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use mongodb::bson::oid::ObjectId;
 use musicd::admin::progress::Progress;
-use musicd::admin::purge::{self, PurgeOptions};
+use musicd::admin::purge::{self, PurgeOptions, PurgeTarget};
 use musicd::admin::reindex::{self, ReindexOptions};
+use musicd::admin::verify::Repairs;
 use musicd::admin::{self, Backends};
-use musicd::catalog::evictions;
 use musicd::cli::{ConfigArgs, Describe};
 use musicd::config::Config;
 
@@ -171,7 +170,7 @@ fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("musicctl: {err:#}");
+            eprintln!("musicctl: {}", musicd::cli::error_line(err.chain()));
             ExitCode::from(2)
         }
     }
@@ -219,89 +218,96 @@ fn run() -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let backends = Backends::new(&config).await?;
         match cli.command {
-            Command::Purge { pattern, id, dry_run, batch, sleep, force, json } => {
-                purge_command(&config, &backends, pattern, id, dry_run, batch, sleep, force, json).await
+            Command::Purge {
+                pattern,
+                id,
+                dry_run,
+                batch,
+                sleep,
+                force,
+                json,
+            } => {
+                let target = match id {
+                    Some(id) => PurgeTarget::Id(id),
+                    None => PurgeTarget::Pattern {
+                        pattern: pattern.unwrap_or_default(),
+                        force,
+                    },
+                };
+                let options = PurgeOptions {
+                    pattern: Vec::new(),
+                    batch: batch.max(1),
+                    pause: Duration::from_millis(sleep),
+                    dry_run,
+                    sample: 10,
+                };
+                let mut progress = Progress::new(json);
+                let purged = purge::purge_everywhere(&config, &backends, target, &options, |p| {
+                    progress.update(&format!(
+                        "purge: {} matched, {} removed (node {}/{})",
+                        p.matched, p.removed, p.nodes_done, p.nodes
+                    ));
+                })
+                .await;
+                progress.finish();
+                let purged = purged?;
+                emit(json, &purged, purged.render(), purged.exit_code())
             }
             Command::Health { json } => {
-                let report = admin::health::health(
+                let ops = musicd::daemon::control::readyz_address(&config, None);
+                let report = admin::health::health(&backends, ops, &config.ban_urls).await;
+                emit(json, &report, report.render(), report.exit_code())
+            }
+            Command::Reindex {
+                dry_run,
+                prune,
+                batch,
+                json,
+            } => {
+                let options = ReindexOptions {
+                    dry_run,
+                    prune,
+                    batch: batch.max(1),
+                };
+                let mut progress = Progress::new(json);
+                let report = reindex::reindex(
                     &backends,
-                    musicd::daemon::control::readyz_address(&config, None),
-                    &config.ban_urls,
+                    &config.redis.target,
+                    config.redis.batch_timeout(),
+                    &options,
+                    |p| {
+                        progress.update(&format!(
+                            "reindex: {} documents, {} indexed, {} pruned",
+                            p.documents, p.indexed, p.pruned
+                        ));
+                    },
                 )
                 .await;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else {
-                    print!("{}", report.render());
-                }
-                Ok(ExitCode::from(report.exit_code()))
-            }
-            Command::Reindex { dry_run, prune, batch, json } => {
-                let options = ReindexOptions { dry_run, prune, batch: batch.max(1) };
-                let mut progress = Progress::new(json);
-                let report = reindex::reindex(&backends, &config.redis.target, config.redis.batch_timeout(), &options, |p| {
-                    progress.update(&format!("reindex: {} documents, {} indexed, {} pruned", p.documents, p.indexed, p.pruned));
-                })
-                .await?;
                 progress.finish();
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else {
-                    let verb = if dry_run { "would index" } else { "indexed" };
-                    println!(
-                        "reindex: {} documents in {:.2}s ({:.0}/s): {verb} {}, missing file {}, outside roots {}, invalid document {}, write failed {}",
-                        report.documents,
-                        report.seconds,
-                        report.documents as f64 / report.seconds.max(1e-9),
-                        report.indexed,
-                        report.missing_file,
-                        report.outside_roots,
-                        report.invalid_document,
-                        report.write_failed
-                    );
-                    if prune {
-                        let verb = if dry_run { "would prune" } else { "pruned" };
-                        println!("prune: {} cache entries examined, {verb} {}", report.cache_entries, report.pruned);
-                    }
-                }
-                Ok(if report.write_failed > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+                let report = report?;
+                emit(json, &report, report.render(), report.exit_code())
             }
             Command::Import { dir } => {
                 let report = admin::import::import(&backends, &dir).await?;
-                for track in &report.inserted {
-                    println!("{}\t{}", track.id.to_hex(), track.path.display());
-                }
-                eprintln!(
-                    "import: {} audio files, {} new, {} already present",
-                    report.found,
-                    report.inserted.len(),
-                    report.already_present
-                );
+                print!("{}", report.render());
+                eprintln!("{}", report.summary());
                 Ok(ExitCode::SUCCESS)
             }
             Command::List { limit } => {
-                use musicd::catalog::StoredPath;
-                use std::io::Write;
                 let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-                let mut write_error = None;
-                admin::list::list(&backends, limit, |track| {
-                    let path = match track.path {
-                        StoredPath::Path(p) => p,
-                        StoredPath::Invalid(why) => format!("(invalid: {why})"),
-                    };
-                    if let Err(e) = writeln!(out, "{}\t{path}", track.id.to_hex()) {
-                        write_error.get_or_insert(e);
-                    }
-                })
-                .await?;
-                out.flush()?;
-                if let Some(e) = write_error {
-                    return Err(e.into());
-                }
+                admin::list::write_tsv(&backends, limit, &mut out).await?;
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Compare { against, base, sample, json } => {
-                compare_command(&config, &backends, &against, base, sample, json).await
+            Command::Compare {
+                against,
+                base,
+                sample,
+                json,
+            } => {
+                let report =
+                    admin::compare::compare_catalogue(&config, &backends, &against, base, sample)
+                        .await?;
+                emit(json, &report, report.render(), report.exit_code())
             }
             Command::Sign { .. } | Command::Describe(_) => {
                 unreachable!("answered before the runtime starts")
@@ -313,326 +319,79 @@ fn run() -> anyhow::Result<ExitCode> {
                 config.mongodb.watch = musicd::config::WatchMode::On;
                 let status = std::sync::Arc::new(musicd::watch::WatchStatus::new(&config));
                 let follower = musicd::watch::Follower::new(&config, status).await?;
-                tracing::info!(owner = follower.owner(), "musicctl watch: following (or standing by)");
+                tracing::info!(
+                    owner = follower.owner(),
+                    "musicctl watch: following (or standing by)"
+                );
                 follower.run(musicd::daemon::stop_signal()).await;
                 Ok(ExitCode::SUCCESS)
             }
-            Command::Verify { strict, deep, batch, json, fix, yes } => {
-                let options = admin::verify::VerifyOptions { batch: batch.max(1), deep };
-                let total = backends.store.collection().estimated_document_count().await.ok();
+            Command::Verify {
+                strict,
+                deep,
+                batch,
+                json,
+                fix,
+                yes,
+            } => {
+                let options = admin::verify::VerifyOptions {
+                    batch: batch.max(1),
+                    deep,
+                };
+                let repairs = match (fix, yes) {
+                    (true, true) => Repairs::Make,
+                    (true, false) => Repairs::Show,
+                    (false, _) => Repairs::Ignore,
+                };
+                let total = backends
+                    .store
+                    .collection()
+                    .estimated_document_count()
+                    .await
+                    .ok();
                 let mut progress = Progress::with_total(json, total);
-                let report = admin::verify::verify(&backends, &config.redis.target, config.redis.batch_timeout(), &options, |p| {
-                    progress.advance(Some(p.checked), &format!("verify: {} documents, {} findings", p.checked, p.findings));
-                })
-                .await?;
+                let verified = admin::verify::verify_and_repair(
+                    &backends,
+                    &config.redis.target,
+                    config.redis.batch_timeout(),
+                    &options,
+                    repairs,
+                    |p| {
+                        progress.advance(
+                            Some(p.checked),
+                            &format!("verify: {} documents, {} findings", p.checked, p.findings),
+                        );
+                    },
+                )
+                .await;
                 progress.finish();
-                let fixed = if fix && yes { Some(admin::verify::fix(&backends, &report).await?) } else { None };
-                if json {
-                    let mut value = serde_json::to_value(&report)?;
-                    if let Some(fixed) = &fixed {
-                        value["fixed"] = serde_json::to_value(fixed)?;
-                    }
-                    println!("{}", serde_json::to_string_pretty(&value)?);
-                } else {
-                    print!("{}", report.render());
-                    let (stale, orphans) = report.repairs();
-                    match &fixed {
-                        Some(fixed) => println!("fixed: removed {} stale cache entries, imported {} orphans", fixed.pruned, fixed.imported),
-                        None if fix => println!("--fix would remove {} stale cache entries and import {} orphans (add --yes to do it)", stale.len(), orphans.len()),
-                        None => {}
-                    }
-                }
-                Ok(ExitCode::from(match &fixed {
-                    Some(fixed) => report.exit_code_after(fixed, strict),
-                    None => report.exit_code(strict),
-                }))
+                let verified = verified?;
+                emit(
+                    json,
+                    &verified,
+                    verified.render(),
+                    verified.exit_code(strict),
+                )
             }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;
-                if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else {
-                    println!("id        {}", report.id);
-                    println!("key       {}", report.key);
-                    println!("redis     {} {}", report.cache, report.cached_path.as_deref().unwrap_or(""));
-                    println!("mongodb   {} {}", report.database, report.database_path.as_deref().unwrap_or(""));
-                    match (&report.file, &report.problem) {
-                        (Some(file), _) => println!("file      {file} (served)"),
-                        (None, Some(problem)) => println!("file      not served: {problem}"),
-                        (None, None) => println!("file      not served"),
-                    }
-                }
-                Ok(if report.servable { ExitCode::SUCCESS } else { ExitCode::from(1) })
+                emit(json, &report, report.render(), report.exit_code())
             }
         }
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn purge_command(
-    config: &Config,
-    backends: &Backends,
-    pattern: Option<String>,
-    id: Option<String>,
-    dry_run: bool,
-    batch: usize,
-    sleep: u64,
-    force: bool,
+/// Prints a command's report, as JSON or as text, and exits with its code.
+fn emit(
     json: bool,
+    report: &impl serde::Serialize,
+    text: String,
+    code: u8,
 ) -> anyhow::Result<ExitCode> {
-    if let Some(id) = id {
-        let oid = ObjectId::parse_str(&id)
-            .map_err(|_| anyhow::anyhow!("`{id}` is not a 24-digit hex ObjectId"))?;
-        let key = backends.cache.key(&oid);
-        let removed = if dry_run {
-            false
-        } else {
-            let removed = backends.cache.forget(&oid).await?;
-            // Every musicd forgets it now rather than at the end of its in-process TTL.
-            evictions::publish(backends.cache.link(), backends.cache.prefix(), Some(&[oid]))
-                .await?;
-            removed
-        };
-        let regex = admin::ban::id_regex(&config.route_prefixes, &oid.to_hex());
-        let (bans, bans_ok) = ban_caches(config, dry_run, Some(regex));
-        if json {
-            println!(
-                "{}",
-                serde_json::json!({ "key": key, "removed": removed, "dry_run": dry_run, "bans": bans })
-            );
-        } else {
-            println!(
-                "purge: {key} {}",
-                if dry_run {
-                    "(dry run)"
-                } else if removed {
-                    "removed"
-                } else {
-                    "was not cached"
-                }
-            );
-            print_bans(&bans);
-        }
-        return Ok(if bans_ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        });
-    }
-    let pattern = pattern.unwrap_or_default();
-    if pattern.is_empty() {
-        anyhow::bail!(
-            "an empty pattern matches nothing; did you mean \"{}*\"?",
-            config.redis.prefix
-        );
-    }
-    if purge::matches_everything(pattern.as_bytes()) && !force {
-        anyhow::bail!(
-            "`{pattern}` matches every key in Redis, not just musicd's; add --force if you mean it"
-        );
-    }
-    let options = PurgeOptions {
-        pattern: pattern.into_bytes(),
-        batch: batch.max(1),
-        pause: Duration::from_millis(sleep),
-        dry_run,
-        sample: 10,
-    };
-    let mut progress = Progress::new(json);
-    let report = purge::purge(
-        &config.redis.target,
-        config.redis.batch_timeout(),
-        &options,
-        |p| {
-            progress.update(&format!(
-                "purge: {} matched, {} removed (node {}/{})",
-                p.matched, p.removed, p.nodes_done, p.nodes
-            ));
-        },
-    )
-    .await?;
-    progress.finish();
-    if !dry_run {
-        evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
-    }
-    let regex = admin::ban::glob_regex(
-        &config.route_prefixes,
-        &config.redis.prefix,
-        &String::from_utf8_lossy(&options.pattern),
-    );
-    let (bans, bans_ok) = ban_caches(config, dry_run, regex);
     if json {
-        let mut value = serde_json::to_value(&report)?;
-        value["bans"] = serde_json::Value::Array(bans.clone());
-        println!("{}", serde_json::to_string_pretty(&value)?);
-    } else if dry_run {
-        println!(
-            "purge (dry run): {} keys match on {} node(s); nothing deleted ({:.2}s)",
-            report.matched, report.nodes, report.seconds
-        );
-        for key in &report.sample {
-            println!("  \"{key}\"");
-        }
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
-        println!(
-            "purge: removed {} of {} matching keys on {} node(s) in {:.2}s{}",
-            report.removed,
-            report.matched,
-            report.nodes,
-            report.seconds,
-            if report.failed > 0 {
-                format!("; {} could not be removed", report.failed)
-            } else {
-                String::new()
-            }
-        );
+        print!("{text}");
     }
-    if !json {
-        print_bans(&bans);
-    }
-    Ok(if report.failed > 0 || !bans_ok {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-async fn compare_command(
-    config: &Config,
-    backends: &Backends,
-    against: &str,
-    base: Option<String>,
-    sample: Option<usize>,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    use musicd::catalog::StoredPath;
-    use rand::RngExt;
-    let base = base.unwrap_or_else(|| format!("http://{}", config.listen));
-    let prefix = config
-        .route_prefixes
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "/musicdb".into());
-    // Reservoir sampling: a random sample of any size without holding the catalogue.
-    let mut picked: Vec<(String, String)> = Vec::new();
-    let mut seen = 0usize;
-    let mut rng = rand::rng();
-    admin::list::list(backends, None, |track| {
-        let name = match &track.path {
-            StoredPath::Path(p) => std::path::Path::new(p)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "track".into()),
-            StoredPath::Invalid(_) => "track".into(),
-        };
-        let encoded =
-            percent_encoding::utf8_percent_encode(&name, percent_encoding::NON_ALPHANUMERIC);
-        let entry = (
-            track.id.to_hex(),
-            format!("{prefix}/{}/{encoded}", track.id.to_hex()),
-        );
-        seen += 1;
-        match sample {
-            Some(n) if picked.len() >= n => {
-                let at = rng.random_range(0..seen);
-                if at < n {
-                    picked[at] = entry;
-                }
-            }
-            _ => picked.push(entry),
-        }
-    })
-    .await?;
-    let results: Vec<admin::compare::Comparison> = tokio::task::spawn_blocking({
-        let (base, against) = (base.clone(), against.to_string());
-        move || {
-            picked
-                .iter()
-                .map(|(id, path)| admin::compare::compare(&base, &against, id, path))
-                .collect()
-        }
-    })
-    .await?;
-    let disagree = results.iter().filter(|c| !c.agree).count();
-    let no_file = results.iter().filter(|c| c.other.no_file).count();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "compared": results.len(),
-                "agree": results.len() - disagree,
-                "disagree": disagree,
-                "no_file_with_200": no_file,
-                "tracks": results,
-            }))?
-        );
-    } else {
-        for result in &results {
-            if result.agree {
-                println!(
-                    "{}  agree  {} {} bytes",
-                    result.id, result.musicd.status, result.musicd.length
-                );
-            } else {
-                println!("{}  DIFFER {}", result.id, result.differences.join("; "));
-            }
-        }
-        println!(
-            "compare: {} tracks, {} agree, {} differ ({} answered 200 \"no file\" by the other server)",
-            results.len(),
-            results.len() - disagree,
-            disagree,
-            no_file
-        );
-    }
-    Ok(if disagree == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
-}
-
-/// Bans `regex` in every `[http_caches] ban_urls` cache: one JSON report per cache, and
-/// whether all of them took it.
-fn ban_caches(
-    config: &Config,
-    dry_run: bool,
-    regex: Option<String>,
-) -> (Vec<serde_json::Value>, bool) {
-    let Some(regex) = regex else {
-        return (Vec::new(), true);
-    };
-    let mut ok = true;
-    let bans = config
-        .ban_urls
-        .iter()
-        .map(|url| {
-            if dry_run {
-                return serde_json::json!({ "url": url, "regex": regex, "dry_run": true });
-            }
-            match admin::ban::ban(url, &regex) {
-                Ok(status) => {
-                    ok &= status == 200;
-                    serde_json::json!({ "url": url, "regex": regex, "status": status })
-                }
-                Err(err) => {
-                    ok = false;
-                    serde_json::json!({ "url": url, "regex": regex, "error": err.to_string() })
-                }
-            }
-        })
-        .collect();
-    (bans, ok)
-}
-
-fn print_bans(bans: &[serde_json::Value]) {
-    for ban in bans {
-        let url = ban["url"].as_str().unwrap_or_default();
-        let regex = ban["regex"].as_str().unwrap_or_default();
-        match (&ban["status"], &ban["error"]) {
-            (serde_json::Value::Number(status), _) => println!("ban: {url} {regex} -> {status}"),
-            (_, serde_json::Value::String(error)) => println!("ban: {url} failed: {error}"),
-            _ => println!("ban: {url} {regex} (dry run)"),
-        }
-    }
+    Ok(ExitCode::from(code))
 }

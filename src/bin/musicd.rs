@@ -122,7 +122,7 @@ fn main() -> ExitCode {
 }
 
 /// Prints what a control command did (success), or why it failed.
-fn say<E: std::error::Error>(outcome: Result<String, E>) -> ExitCode {
+fn say<E: std::error::Error + 'static>(outcome: Result<String, E>) -> ExitCode {
     match outcome {
         Ok(message) => {
             println!("{message}");
@@ -132,7 +132,10 @@ fn say<E: std::error::Error>(outcome: Result<String, E>) -> ExitCode {
     }
 }
 
-fn fail(err: &dyn std::error::Error) -> ExitCode {
-    eprintln!("musicd: {err}");
+fn fail(err: &(dyn std::error::Error + 'static)) -> ExitCode {
+    eprintln!(
+        "musicd: {}",
+        musicd::cli::error_line(musicd::cli::causes(err))
+    );
     ExitCode::FAILURE
 }

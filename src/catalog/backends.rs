@@ -29,7 +29,7 @@ pub struct Backends {
     /// The MongoDB store.
     pub store: TrackStore,
     /// The media roots.
-    pub roots: MediaRoots,
+    pub(crate) roots: MediaRoots,
 }
 
 impl Backends {
@@ -45,7 +45,7 @@ impl Backends {
     }
 
     /// The read-through resolver over these clients, with the in-process id cache.
-    pub fn resolver(self, config: &Config) -> (Resolver, MediaRoots) {
+    pub(crate) fn resolver(self, config: &Config) -> (Resolver, MediaRoots) {
         let local = LocalCache::new(config.cache.id_ttl, config.cache.id_max_entries);
         (Resolver::new(local, self.cache, self.store), self.roots)
     }

@@ -59,7 +59,7 @@ pub enum CacheError {
 
 /// What the cache knows about one id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cached {
+pub(crate) enum Cached {
     /// The id maps to this path.
     Path(String),
     /// The id is known not to exist (negative entry).
@@ -80,7 +80,7 @@ pub struct TrackCache {
 
 impl TrackCache {
     /// A cache over `link` with the configured key prefix and TTLs.
-    pub fn new(link: Arc<RedisLink>, config: &RedisConfig) -> TrackCache {
+    pub(crate) fn new(link: Arc<RedisLink>, config: &RedisConfig) -> TrackCache {
         TrackCache {
             link,
             prefix: config.prefix.clone(),
@@ -101,7 +101,7 @@ impl TrackCache {
     }
 
     /// Looks an id up.
-    pub async fn get(&self, id: &ObjectId) -> Result<Cached, CacheError> {
+    pub(crate) async fn get(&self, id: &ObjectId) -> Result<Cached, CacheError> {
         let key = self.key(id);
         let value: Option<Vec<u8>> = self
             .link
@@ -119,12 +119,6 @@ impl TrackCache {
         })
     }
 
-    /// Caches a path with the positive TTL plus jitter.
-    pub async fn put_path(&self, id: &ObjectId, path: &str) -> Result<(), CacheError> {
-        let ttl = self.jittered_ttl_ms();
-        self.set(id, path.as_bytes().to_vec(), ttl).await
-    }
-
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -133,7 +127,7 @@ impl TrackCache {
     /// Caches many paths at once (reindex): one pipelined round trip on a single server;
     /// on a cluster, where a pipeline must stay within one slot, concurrent commands that
     /// the cluster connection multiplexes.
-    pub async fn put_many(&self, entries: &[(ObjectId, String)]) -> Result<(), CacheError> {
+    pub(crate) async fn put_many(&self, entries: &[(ObjectId, String)]) -> Result<(), CacheError> {
         let commands: Vec<(String, String, u64)> = entries
             .iter()
             .map(|(id, path)| (self.key(id), path.clone(), self.jittered_ttl_ms()))
@@ -274,37 +268,15 @@ impl TrackCache {
         Ok(written == 1)
     }
 
-    /// Caches "this id does not exist" with the negative TTL.
-    pub async fn put_absent(&self, id: &ObjectId) -> Result<(), CacheError> {
-        let ttl = millis(self.negative_ttl);
-        self.set(id, Vec::new(), ttl).await
-    }
-
-    async fn set(&self, id: &ObjectId, value: Vec<u8>, ttl_ms: u64) -> Result<(), CacheError> {
-        let key = self.key(id);
-        self.link
-            .run(|mut conn| async move {
-                redis::cmd("SET")
-                    .arg(&key)
-                    .arg(value)
-                    .arg("PX")
-                    .arg(ttl_ms)
-                    .query_async::<()>(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(())
-    }
-
     /// TTL in milliseconds with up to `jitter` of it added at random.
-    pub fn jittered_ttl_ms(&self) -> u64 {
+    pub(crate) fn jittered_ttl_ms(&self) -> u64 {
         jittered_ms(self.ttl, self.jitter)
     }
 }
 
 /// How long a fill lease lives: longer than any lookup takes (its MongoDB query is
 /// bounded by the configured timeout, a few seconds); a fill that comes later writes nothing.
-pub const FILL_LEASE: Duration = Duration::from_secs(30);
+pub(crate) const FILL_LEASE: Duration = Duration::from_secs(30);
 
 /// A fill lease: the entry's key and the token that must still be there to write it.
 #[derive(Debug)]
@@ -337,7 +309,7 @@ return 1",
 /// How long the newest version written for an entry is kept: longer than a command can
 /// wait in TCP retransmissions before Redis runs it (Linux gives up after `tcp_retries2`,
 /// about 924 s by default).
-pub const VERSION_TTL: Duration = Duration::from_secs(30 * 60);
+pub(crate) const VERSION_TTL: Duration = Duration::from_secs(30 * 60);
 
 /// KEYS: entry, lease, version. ARGV: 'set' or 'forget', value, ttl ms, eviction channel,
 /// id, version (16 hex digits, ordered as text), version ttl ms. Refuses a write older than
@@ -363,13 +335,13 @@ return 1",
 /// already names a hash tag (`{...}`), the same tag leads; otherwise the whole key becomes
 /// the tag. It never starts with the key prefix, so purges and prunes by prefix skip it.
 /// (A prefix with a `}` and no tag could not share a slot: the configuration refuses it.)
-pub fn fill_key(key: &str) -> String {
+pub(crate) fn fill_key(key: &str) -> String {
     companion_key(key, "fill")
 }
 
 /// The key holding the newest follower version written for an entry: in its slot, outside
 /// its prefix, as [`fill_key`].
-pub fn version_key(key: &str) -> String {
+pub(crate) fn version_key(key: &str) -> String {
     companion_key(key, "version")
 }
 
@@ -396,7 +368,7 @@ pub fn change_version(cluster_time: Option<mongodb::bson::Timestamp>) -> String 
 }
 
 /// `base` plus a random fraction of up to `jitter` of it, in milliseconds.
-pub fn jittered_ms(base: Duration, jitter: f64) -> u64 {
+pub(crate) fn jittered_ms(base: Duration, jitter: f64) -> u64 {
     let base = millis(base);
     if jitter <= 0.0 {
         return base;

@@ -37,14 +37,14 @@ use crate::config::RedisTarget;
 use crate::redis_link::RedisLink;
 
 /// How often a live subscription proves it is live.
-pub const PING_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// How often the follower says it is there (a message of its own on the channel).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 /// Past this long without a message, evictions are taken not to arrive: a Cluster node
 /// cut off from the cluster bus still answers `PING`, but hears nothing published.
-pub const SILENCE: Duration = Duration::from_secs(3);
+pub(crate) const SILENCE: Duration = Duration::from_secs(3);
 
 /// The follower's heartbeat message (not an id: evicts nothing).
 const HEARTBEAT: &str = ".";
@@ -53,16 +53,16 @@ const HEARTBEAT: &str = ".";
 const RETRY: Duration = Duration::from_millis(500);
 
 /// The message that evicts everything.
-pub const EVERYTHING: &str = "*";
+pub(crate) const EVERYTHING: &str = "*";
 
 /// The channel of an index (its key prefix).
-pub fn channel(prefix: &str) -> String {
+pub(crate) fn channel(prefix: &str) -> String {
     format!("{prefix}evict")
 }
 
 /// The subscription's state and counters, for `/readyz` and `/metrics`.
 #[derive(Debug, Default)]
-pub struct EvictionStatus {
+pub(crate) struct EvictionStatus {
     subscribed: AtomicBool,
     /// Ids evicted on a message.
     evicted: AtomicU64,
@@ -76,27 +76,27 @@ pub struct EvictionStatus {
 
 impl EvictionStatus {
     /// Whether evictions are being received now.
-    pub fn subscribed(&self) -> bool {
+    pub(crate) fn subscribed(&self) -> bool {
         self.subscribed.load(Ordering::Relaxed)
     }
 
     /// Ids evicted on a message so far.
-    pub fn evicted(&self) -> u64 {
+    pub(crate) fn evicted(&self) -> u64 {
         self.evicted.load(Ordering::Relaxed)
     }
 
     /// Whole-cache clears so far.
-    pub fn clears(&self) -> u64 {
+    pub(crate) fn clears(&self) -> u64 {
         self.clears.load(Ordering::Relaxed)
     }
 
     /// Subscriptions lost so far.
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.lost.load(Ordering::Relaxed)
     }
 
     /// For `/readyz`.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "subscribed": self.subscribed(),
             "evicted": self.evicted(),
@@ -133,7 +133,7 @@ pub async fn publish(
 }
 
 /// The follower's heartbeat: a message every musicd hears, proving evictions reach it.
-pub async fn heartbeat(
+pub(crate) async fn heartbeat(
     link: &RedisLink,
     prefix: &str,
 ) -> Result<u64, crate::redis_link::LinkError> {
@@ -168,7 +168,7 @@ fn apply(message: &[u8], resolver: &Resolver, status: &EvictionStatus) {
 
 /// Keeps a subscription to the index's channel until `stop` completes, evicting from
 /// `local` what arrives; resubscribes (to the next node of a Cluster) after any failure.
-pub async fn follow(
+pub(crate) async fn follow(
     target: RedisTarget,
     timeout: Duration,
     prefix: String,

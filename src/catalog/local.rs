@@ -22,11 +22,11 @@ const SHARDS: usize = 16;
 
 /// The longest an entry lives while no eviction can reach it (the subscription is down):
 /// a change then shows within this, as it did before evictions were pushed.
-pub const UNPUSHED_TTL: Duration = Duration::from_secs(1);
+pub(crate) const UNPUSHED_TTL: Duration = Duration::from_secs(1);
 
 /// What the local cache knows about an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Local {
+pub(crate) enum Local {
     /// The id maps to this path.
     Path(std::sync::Arc<str>),
     /// The id is known not to exist.
@@ -39,7 +39,7 @@ struct Entry {
 }
 
 /// A bounded, sharded map with a fixed TTL.
-pub struct LocalCache {
+pub(crate) struct LocalCache {
     shards: Vec<RwLock<HashMap<ObjectId, Entry>>>,
     /// Evictions per shard so far (see [`LocalCache::epoch`]).
     epochs: Vec<AtomicU64>,
@@ -53,7 +53,7 @@ pub struct LocalCache {
 impl LocalCache {
     /// A cache keeping entries for `ttl`, at most `max_entries` of them. A zero TTL or
     /// size disables it.
-    pub fn new(ttl: Duration, max_entries: usize) -> LocalCache {
+    pub(crate) fn new(ttl: Duration, max_entries: usize) -> LocalCache {
         LocalCache {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             epochs: (0..SHARDS).map(|_| AtomicU64::new(0)).collect(),
@@ -65,13 +65,13 @@ impl LocalCache {
     }
 
     /// The configured TTL (used while pushed evictions are heard).
-    pub fn ttl(&self) -> Duration {
+    pub(crate) fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// Says whether pushed evictions are heard: while they are not, no entry is used
     /// past [`UNPUSHED_TTL`], whatever the configured TTL.
-    pub fn set_pushed(&self, pushed: bool) {
+    pub(crate) fn set_pushed(&self, pushed: bool) {
         self.pushed.store(pushed, Ordering::Relaxed);
     }
 
@@ -84,7 +84,7 @@ impl LocalCache {
     }
 
     /// Whether the cache is in use.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         !self.ttl.is_zero() && self.max_entries > 0
     }
 
@@ -99,12 +99,12 @@ impl LocalCache {
 
     /// Taken before a lookup leaves the process; [`LocalCache::put`] keeps the answer only
     /// if no eviction reached `id`'s shard since.
-    pub fn epoch(&self, id: &ObjectId) -> u64 {
+    pub(crate) fn epoch(&self, id: &ObjectId) -> u64 {
         self.epochs[Self::shard_index(id)].load(Ordering::Acquire)
     }
 
     /// Forgets these ids (a change the follower published).
-    pub fn evict(&self, ids: &[ObjectId]) {
+    pub(crate) fn evict(&self, ids: &[ObjectId]) {
         for id in ids {
             let index = Self::shard_index(id);
             let mut shard = self.shards[index]
@@ -121,7 +121,7 @@ impl LocalCache {
 
     /// Forgets everything (a pattern purge, a rebuild, or a subscription that was down and
     /// may have missed evictions).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for (shard, epoch) in self.shards.iter().zip(&self.epochs) {
             let mut shard = shard.write().unwrap_or_else(|p| p.into_inner());
             epoch.fetch_add(1, Ordering::AcqRel);
@@ -131,7 +131,7 @@ impl LocalCache {
     }
 
     /// A live entry for `id` at time `now`, if any.
-    pub fn get(&self, id: &ObjectId, now: Instant) -> Option<Local> {
+    pub(crate) fn get(&self, id: &ObjectId, now: Instant) -> Option<Local> {
         if !self.enabled() {
             return None;
         }
@@ -142,7 +142,7 @@ impl LocalCache {
 
     /// Remembers `value` for `id` for the TTL, unless an eviction reached its shard since
     /// `epoch` ([`LocalCache::epoch`], taken before the lookup).
-    pub fn put(&self, id: ObjectId, value: Local, epoch: u64) {
+    pub(crate) fn put(&self, id: ObjectId, value: Local, epoch: u64) {
         if !self.enabled() {
             return;
         }
@@ -174,12 +174,13 @@ impl LocalCache {
     }
 
     /// Entries held (live or not yet swept).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.load(Ordering::Relaxed)
     }
 
     /// Whether nothing is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -9,8 +9,8 @@
 pub mod backends;
 pub mod cache;
 pub mod evictions;
-pub mod local;
-pub mod mongo;
+pub(crate) mod local;
+pub(crate) mod mongo;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,13 +21,13 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use mongodb::bson::oid::ObjectId;
 
-pub use cache::{Cached, TrackCache};
-pub use local::{Local, LocalCache};
+pub(crate) use cache::{Cached, TrackCache};
+pub(crate) use local::{Local, LocalCache};
 pub use mongo::{StoredPath, TrackStore};
 
 /// Why an id could not be resolved.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     /// MongoDB is unreachable and Redis does not know the id.
     #[error("track catalogue unavailable: {0}")]
     StoreUnavailable(Arc<mongo::StoreError>),
@@ -38,7 +38,7 @@ pub enum ResolveError {
 
 /// Where an answer came from; logged with every request and counted in metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheOutcome {
+pub(crate) enum CacheOutcome {
     /// The in-process cache had the answer (path or negative) from the last second.
     Local,
     /// Redis had the path.
@@ -55,7 +55,7 @@ pub enum CacheOutcome {
 
 impl CacheOutcome {
     /// Lower-case name for logs and metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CacheOutcome::Local => "local",
             CacheOutcome::Hit => "hit",
@@ -69,13 +69,13 @@ impl CacheOutcome {
 
 /// The answer for one id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolution {
+pub(crate) struct Resolution {
     /// The document's path, `None` when no track has this id.
-    pub path: Option<String>,
+    pub(crate) path: Option<String>,
     /// Where the answer came from.
-    pub outcome: CacheOutcome,
+    pub(crate) outcome: CacheOutcome,
     /// Time spent resolving.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
 type LookupResult = Result<Option<StoredPath>, Arc<mongo::StoreError>>;
@@ -84,14 +84,14 @@ type SharedLookup = Shared<BoxFuture<'static, LookupResult>>;
 /// How long a finished MongoDB answer stays shareable. A request whose Redis GET was
 /// answered just before the write-back landed still finds the answer here instead of
 /// querying MongoDB again; this short it cannot serve anything meaningfully stale.
-const LINGER: Duration = Duration::from_millis(100);
+const FINISHED_LOOKUP_SHARED_FOR: Duration = Duration::from_millis(100);
 
-/// MongoDB lookups under way (or just finished, see [`LINGER`]), by id. The generation
+/// MongoDB lookups under way (or just finished, see [`FINISHED_LOOKUP_SHARED_FOR`]), by id. The generation
 /// tells an entry from a later one for the same id when retiring it.
 type Inflight = Arc<Mutex<HashMap<ObjectId, (u64, SharedLookup)>>>;
 
 /// Read-through resolver shared by all requests.
-pub struct Resolver {
+pub(crate) struct Resolver {
     local: LocalCache,
     cache: TrackCache,
     store: TrackStore,
@@ -101,7 +101,7 @@ pub struct Resolver {
 
 impl Resolver {
     /// A resolver over a local cache, Redis and MongoDB.
-    pub fn new(local: LocalCache, cache: TrackCache, store: TrackStore) -> Resolver {
+    pub(crate) fn new(local: LocalCache, cache: TrackCache, store: TrackStore) -> Resolver {
         Resolver {
             local,
             cache,
@@ -112,22 +112,22 @@ impl Resolver {
     }
 
     /// Ids held in the in-process cache.
-    pub fn local_len(&self) -> usize {
+    pub(crate) fn local_len(&self) -> usize {
         self.local.len()
     }
 
     /// The Redis cache.
-    pub fn cache(&self) -> &TrackCache {
+    pub(crate) fn cache(&self) -> &TrackCache {
         &self.cache
     }
 
     /// The MongoDB store.
-    pub fn store(&self) -> &TrackStore {
+    pub(crate) fn store(&self) -> &TrackStore {
         &self.store
     }
 
     /// Resolves an id to the path its document names.
-    pub async fn resolve(&self, id: &ObjectId) -> Result<Resolution, ResolveError> {
+    pub(crate) async fn resolve(&self, id: &ObjectId) -> Result<Resolution, ResolveError> {
         let started = Instant::now();
         if let Some(local) = self.local.get(id, started) {
             return Ok(Resolution {
@@ -145,14 +145,14 @@ impl Resolver {
     }
 
     /// The in-process cache, for pushed evictions.
-    pub fn local(&self) -> &LocalCache {
+    pub(crate) fn local(&self) -> &LocalCache {
         &self.local
     }
 
     /// Forgets what this process knows of `ids` (a change the follower published): their
     /// in-process entries, and any MongoDB answer still shared (it lingers 100 ms), which may
     /// predate the change.
-    pub fn evict(&self, ids: &[ObjectId]) {
+    pub(crate) fn evict(&self, ids: &[ObjectId]) {
         {
             let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             for id in ids {
@@ -164,7 +164,7 @@ impl Resolver {
 
     /// Forgets everything this process knows (a pattern purge, a rebuild, a new
     /// subscription to evictions).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         self.inflight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -279,7 +279,7 @@ async fn query_task(
     };
     // Errors are retired at once so that a recovered MongoDB is asked again immediately.
     let linger = if result.is_ok() {
-        LINGER
+        FINISHED_LOOKUP_SHARED_FOR
     } else {
         Duration::ZERO
     };

@@ -40,7 +40,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether MongoDB hangs (no answer within the timeout) rather than refusing or
     /// failing: what `/readyz` and `musicctl health` tell an operator.
-    pub fn is_hang(&self) -> bool {
+    pub(crate) fn is_hang(&self) -> bool {
         match self {
             StoreError::Timeout(_) | StoreError::Busy(_) => true,
             // The driver's own deadline (selecting a server the monitor cannot reach)
@@ -85,7 +85,7 @@ const MAX_WAITING: usize = 1024;
 const WAITING_WHILE_HUNG: usize = 8;
 
 /// A lookup's place among the waiting; given back on drop.
-pub struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+pub(crate) struct Waiting(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
@@ -95,7 +95,7 @@ impl Drop for Waiting {
 
 impl TrackStore {
     /// Builds a client for `config`; does not connect yet.
-    pub async fn new(config: &MongoConfig) -> Result<TrackStore, StoreError> {
+    pub(crate) async fn new(config: &MongoConfig) -> Result<TrackStore, StoreError> {
         let mut options = ClientOptions::parse(&config.uri)
             .await
             .map_err(StoreError::Uri)?;
@@ -122,12 +122,12 @@ impl TrackStore {
     }
 
     /// The field holding the path.
-    pub fn path_field(&self) -> &str {
+    pub(crate) fn path_field(&self) -> &str {
         &self.path_field
     }
 
     /// The client, for shutting it down.
-    pub fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -140,7 +140,7 @@ impl TrackStore {
 
     /// [`TrackStore::find_path`] with a place among the waiting already taken
     /// ([`TrackStore::wait_turn`]), so a caller can be refused before doing anything else.
-    pub async fn find_path_in_turn(
+    pub(crate) async fn find_path_in_turn(
         &self,
         id: &ObjectId,
         _turn: Waiting,
@@ -179,7 +179,7 @@ impl TrackStore {
     }
 
     /// Takes a place among the lookups waiting on MongoDB, or says it is busy.
-    pub fn wait_turn(&self) -> Result<Waiting, StoreError> {
+    pub(crate) fn wait_turn(&self) -> Result<Waiting, StoreError> {
         use std::sync::atomic::Ordering;
         let bound = if self.timing_out.load(Ordering::Relaxed) {
             WAITING_WHILE_HUNG
@@ -195,12 +195,12 @@ impl TrackStore {
     }
 
     /// Lookups waiting on MongoDB now (for `/metrics`).
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Round-trip time of a `ping` to the database, bounded by the configured timeout.
-    pub async fn ping(&self) -> Result<Duration, StoreError> {
+    pub(crate) async fn ping(&self) -> Result<Duration, StoreError> {
         let started = Instant::now();
         tokio::time::timeout(self.timeout, self.database.run_command(doc! { "ping": 1 }))
             .await
@@ -210,7 +210,7 @@ impl TrackStore {
 }
 
 /// Reads the path field of a document.
-pub fn stored_path(document: &Document, field: &str) -> StoredPath {
+pub(crate) fn stored_path(document: &Document, field: &str) -> StoredPath {
     match document.get(field) {
         Some(Bson::String(path)) => StoredPath::Path(path.clone()),
         Some(other) => StoredPath::Invalid(format!(

@@ -11,9 +11,9 @@
 //! merge, `raw` the raw shapes, `validate` the validation and every default (which
 //! `deploy/musicd.toml` states too: a test compares the two).
 
-pub mod defaults;
+pub(crate) mod defaults;
 mod raw;
-pub mod sources;
+pub(crate) mod sources;
 mod validate;
 
 use std::collections::BTreeMap;
@@ -28,10 +28,10 @@ pub use self::sources::Sources;
 use self::sources::{env_key, read_file, remove_key, set_key};
 
 /// Default location of the configuration file.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/musicd/musicd.toml";
 
 /// Prefix of the environment variables that override the file.
-pub const ENV_PREFIX: &str = "MUSICD_";
+pub(crate) const ENV_PREFIX: &str = "MUSICD_";
 
 /// Everything that can go wrong while loading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +75,7 @@ pub enum ConfigError {
 /// How the bytes of a resolved file reach the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ServeMode {
+pub(crate) enum ServeMode {
     /// musicd streams the file itself.
     Direct,
     /// Empty body plus `X-Accel-Redirect`: nginx sends the file.
@@ -87,7 +87,7 @@ pub enum ServeMode {
 /// What the access log writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum AccessLogFormat {
+pub(crate) enum AccessLogFormat {
     /// NCSA combined (nginx, Apache), then musicd's own fields.
     Combined,
     /// One JSON object per line.
@@ -98,57 +98,54 @@ pub enum AccessLogFormat {
 
 /// The access log.
 #[derive(Debug, Clone)]
-pub struct AccessLogConfig {
-    /// Its format.
-    pub format: AccessLogFormat,
+pub(crate) struct AccessLogConfig {
+    pub(crate) format: AccessLogFormat,
     /// The file (appended to, reopened on SIGUSR1); `None`: stderr.
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
 }
 
 /// Signed links.
 #[derive(Debug, Clone, Default)]
-pub struct SigningConfig {
+pub(crate) struct SigningConfig {
     /// Every track request must carry a valid signature.
-    pub required: bool,
+    pub(crate) required: bool,
     /// Key ids and their secrets (read from their files at load).
-    pub keys: Vec<(String, Vec<u8>)>,
+    pub(crate) keys: Vec<(String, Vec<u8>)>,
 }
 
 /// CORS for web players.
 #[derive(Debug, Clone, Default)]
-pub struct CorsConfig {
+pub(crate) struct CorsConfig {
     /// Origins whose scripts may read track answers (`*`: any; empty: CORS off).
-    pub allow_origins: Vec<String>,
+    pub(crate) allow_origins: Vec<String>,
     /// How long a browser may cache a preflight's answer.
-    pub max_age_secs: u32,
+    pub(crate) max_age_secs: u32,
 }
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Where the file was read from (for messages), if any.
-    pub source: Option<PathBuf>,
     /// Address the HTTP server listens on.
     pub listen: SocketAddr,
     /// A separate address for `/metrics` and `/readyz` (and `/healthz`); when set, the
     /// public address answers those two 404.
-    pub ops_listen: Option<SocketAddr>,
+    pub(crate) ops_listen: Option<SocketAddr>,
     /// Canonicalized directories that served files must lie under.
-    pub media_roots: Vec<PathBuf>,
+    pub(crate) media_roots: Vec<PathBuf>,
     /// How file bytes are delivered.
-    pub serve_mode: ServeMode,
+    pub(crate) serve_mode: ServeMode,
     /// URL prefixes of the track routes, e.g. `/musicdb`.
     pub route_prefixes: Vec<String>,
     /// `Cache-Control` value sent with files.
-    pub cache_control: String,
+    pub(crate) cache_control: String,
     /// A request with more ranges than this gets the whole file (200) instead of a multipart answer.
-    pub max_ranges: usize,
+    pub(crate) max_ranges: usize,
     /// Location prefix nginx maps to the media roots in x-accel-redirect mode.
-    pub accel_location: String,
+    pub(crate) accel_location: String,
     /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `musicd=debug`.
-    pub log_level: String,
+    pub(crate) log_level: String,
     /// Event loops (threads) serving connections; 0 in the file means one per core.
-    pub worker_threads: usize,
+    pub(crate) worker_threads: usize,
     /// MongoDB settings.
     pub mongodb: MongoConfig,
     /// Redis settings.
@@ -156,69 +153,67 @@ pub struct Config {
     /// Process supervision settings (`musicd start`).
     pub daemon: DaemonConfig,
     /// In-process caches.
-    pub cache: CacheConfig,
+    pub(crate) cache: CacheConfig,
     /// Limits on what a client may send and hold.
-    pub limits: LimitsConfig,
+    pub(crate) limits: LimitsConfig,
     /// Whether a path may pass through a symlink inside a media root (links out of the
     /// roots are refused either way).
-    pub follow_symlinks: bool,
+    pub(crate) follow_symlinks: bool,
     /// Whether large bodies are sent with `sendfile(2)` (true) or copied at send time.
-    pub zero_copy: bool,
-    /// The access log.
-    pub access_log: AccessLogConfig,
+    pub(crate) zero_copy: bool,
+    pub(crate) access_log: AccessLogConfig,
     /// Peers whose `X-Forwarded-For` / `X-Real-IP` name the client.
-    pub trusted_proxies: Vec<ipnet::IpNet>,
+    pub(crate) trusted_proxies: Vec<ipnet::IpNet>,
     /// Every connection starts with a PROXY protocol header (v1 or v2).
-    pub proxy_protocol: bool,
+    pub(crate) proxy_protocol: bool,
     /// Signed links.
-    pub signing: SigningConfig,
-    /// CORS.
-    pub cors: CorsConfig,
+    pub(crate) signing: SigningConfig,
+    pub(crate) cors: CorsConfig,
     /// HTTP caches in front (varnish) that `musicctl purge` bans in too: `http://host:port`.
     pub ban_urls: Vec<String>,
     /// `MUSICD_*` environment variables that name no key (ignored; warned about at start).
-    pub ignored_env: Vec<String>,
+    pub(crate) ignored_env: Vec<String>,
 }
 
 /// Limits on clients: every one has a safe default.
 #[derive(Debug, Clone)]
-pub struct LimitsConfig {
+pub(crate) struct LimitsConfig {
     /// Time a client has to send a request's headers (slowloris).
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// Time a client has to send a request's body, from the end of its head.
-    pub body_read_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     /// An idle keep-alive connection is closed after this long.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// A response whose client stops reading for this long is dropped.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Largest request head (request line + headers) accepted.
-    pub max_header_bytes: usize,
+    pub(crate) max_header_bytes: usize,
     /// Longest URL accepted (longer: 414).
-    pub max_uri_bytes: usize,
+    pub(crate) max_uri_bytes: usize,
     /// Connections served at once per process; beyond, new ones get a 503 and are closed.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A response body is sent at full speed for this many bytes, then paced.
-    pub rate_after_bytes: u64,
+    pub(crate) rate_after_bytes: u64,
     /// The pace, in bytes per second (0: none).
-    pub rate_bytes_per_sec: u64,
+    pub(crate) rate_bytes_per_sec: u64,
 }
 
 /// The in-process caches in front of Redis and the disk.
 #[derive(Debug, Clone)]
-pub struct CacheConfig {
+pub(crate) struct CacheConfig {
     /// How long an id -> path answer is reused without asking Redis (0 disables). This is
     /// also how long a purge or a changed document can take to reach this process.
-    pub id_ttl: Duration,
+    pub(crate) id_ttl: Duration,
     /// Most ids held.
-    pub id_max_entries: usize,
+    pub(crate) id_max_entries: usize,
     /// Files up to this size are kept in memory (revalidated by metadata on every request).
-    pub file_max_bytes: u64,
+    pub(crate) file_max_bytes: u64,
     /// Memory for cached files in all (0 disables the in-memory copies).
-    pub file_total_bytes: u64,
+    pub(crate) file_total_bytes: u64,
     /// Larger files kept open, at most this many (0: opened for every request).
-    pub open_files: usize,
+    pub(crate) open_files: usize,
     /// inotify watches the file cache may hold to skip the per-turn `stat` (0: none).
-    pub file_watches: usize,
+    pub(crate) file_watches: usize,
 }
 
 /// How `musicd start` supervises the server.
@@ -231,22 +226,22 @@ pub struct DaemonConfig {
     /// Directory of the state file (for `status`) and the workers' notify sockets.
     pub state_dir: PathBuf,
     /// A worker that stayed up this long resets the backoff.
-    pub min_uptime: Duration,
+    pub(crate) min_uptime: Duration,
     /// Cap of the restart backoff (which starts at 100 ms and doubles).
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
     /// More crashes than this within `restart_window` make the supervisor give up.
-    pub max_restarts: u32,
+    pub(crate) max_restarts: u32,
     /// See `max_restarts`.
-    pub restart_window: Duration,
+    pub(crate) restart_window: Duration,
     /// How long a stopping worker may finish in-flight responses; also the grace of
     /// `musicd run` after SIGTERM.
     pub stop_timeout: Duration,
     /// A worker that sends no `WATCHDOG=1` for this long (a hung event loop) is killed and
     /// replaced; `None`: no watchdog.
-    pub watchdog: Option<Duration>,
+    pub(crate) watchdog: Option<Duration>,
     /// A worker whose resident memory stays above this is replaced gracefully (new worker
     /// ready first, the old one drained), like pm2's `max_memory_restart`.
-    pub max_rss_bytes: Option<u64>,
+    pub(crate) max_rss_bytes: Option<u64>,
 }
 
 /// The MongoDB catalogue.
@@ -259,14 +254,14 @@ pub struct MongoConfig {
     /// Collection of track documents.
     pub collection: String,
     /// Field of each document holding the absolute file path.
-    pub path_field: String,
+    pub(crate) path_field: String,
     /// How long to wait for a usable server before a lookup fails (then 503).
     pub timeout: Duration,
     /// Whether to follow the collection's change stream (`crate::watch`).
     pub watch: WatchMode,
     /// The follower's lease in Redis: a successor takes over at most this long after the
     /// follower dies.
-    pub watch_lease: Duration,
+    pub(crate) watch_lease: Duration,
 }
 
 /// `mongodb.watch`: whether this process follows the change stream.
@@ -297,11 +292,11 @@ pub struct RedisConfig {
     /// Key prefix; the key of a track is `{prefix}{objectid-hex}`.
     pub prefix: String,
     /// Lifetime of a positive entry.
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
     /// Lifetime of a negative (unknown id) entry.
-    pub negative_ttl: Duration,
+    pub(crate) negative_ttl: Duration,
     /// Up to this fraction of `ttl` is added at random so entries do not expire together.
-    pub ttl_jitter: f64,
+    pub(crate) ttl_jitter: f64,
     /// Bound on one Redis command; past it the request is served from MongoDB.
     pub timeout: Duration,
 }
@@ -413,7 +408,7 @@ impl Config {
             key: key.to_string(),
             message,
         };
-        let mut config = raw.validate(file, &err_at, check_roots)?;
+        let mut config = raw.validate(&err_at, check_roots)?;
         config.ignored_env = ignored_env;
         Ok(config)
     }
@@ -425,7 +420,6 @@ impl Config {
             ..RawConfig::default()
         };
         raw.validate(
-            None,
             &|key, message| ConfigError::Key {
                 source_name: "(built-in defaults)".into(),
                 key: key.into(),
@@ -609,15 +603,7 @@ mod tests {
             overrides: Vec::new(),
         })
         .expect("defaults are valid");
-        let shown = |config: &Config| {
-            format!(
-                "{:#?}",
-                Config {
-                    source: None,
-                    ..config.clone()
-                }
-            )
-        };
+        let shown = |config: &Config| format!("{config:#?}");
         assert_eq!(
             shown(&from_sample),
             shown(&from_nothing),

@@ -32,7 +32,7 @@ pub struct Sources {
 
 impl Sources {
     /// Sources for a binary: the given file, the process environment, and flag overrides.
-    pub fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
+    pub(crate) fn from_process(file: Option<PathBuf>, overrides: Vec<String>) -> Self {
         Sources {
             file,
             env: std::env::vars().collect(),

@@ -13,7 +13,6 @@ use super::*;
 impl RawConfig {
     pub(super) fn validate(
         self,
-        file: Option<PathBuf>,
         err_at: &dyn Fn(&str, String) -> ConfigError,
         check_roots: bool,
     ) -> Result<Config, ConfigError> {
@@ -400,7 +399,6 @@ impl RawConfig {
         }
 
         Ok(Config {
-            source: file,
             listen,
             ops_listen,
             media_roots,

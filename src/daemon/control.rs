@@ -17,7 +17,7 @@ use super::sys;
 use crate::config::{Config, Sources};
 
 /// How long `start` waits for the first worker to report ready.
-pub const START_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const START_WAIT: Duration = Duration::from_secs(30);
 
 /// Why a control command failed.
 #[derive(Debug, thiserror::Error)]
@@ -259,11 +259,11 @@ pub fn restart(config: Config, sources: Sources) -> Result<String, ControlError>
 #[derive(Debug)]
 pub struct Status {
     /// Supervisor pid, when it runs.
-    pub running: Option<i32>,
+    pub(crate) running: Option<i32>,
     /// The state file, if any.
-    pub state: Option<SupervisorState>,
+    pub(crate) state: Option<SupervisorState>,
     /// `/readyz`: status code and body, or the error.
-    pub readyz: Result<(u16, String), String>,
+    pub(crate) readyz: Result<(u16, String), String>,
 }
 
 impl Status {
@@ -390,7 +390,7 @@ pub fn status(config: &Config) -> Status {
 }
 
 /// `GET /readyz` from `addr` (no runtime needed): its status and body.
-pub fn probe_readyz(addr: SocketAddr) -> Result<(u16, String), String> {
+pub(crate) fn probe_readyz(addr: SocketAddr) -> Result<(u16, String), String> {
     let answer = crate::blocking_http::get_from(addr, "/readyz", Duration::from_secs(3))
         .map_err(|e| e.to_string())?;
     Ok((

@@ -13,9 +13,9 @@
 
 pub mod control;
 pub mod notify;
-pub mod state;
-pub mod supervisor;
-pub mod sys;
+pub(crate) mod state;
+pub(crate) mod supervisor;
+pub(crate) mod sys;
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -150,14 +150,17 @@ fn inherited_listeners() -> Result<Inherited, DaemonError> {
 
 /// Descriptors kept for what is neither a client connection nor a cached open file:
 /// listeners, Redis and MongoDB connections, event-loop and log descriptors.
-pub const RESERVED_DESCRIPTORS: u64 = 128;
+pub(crate) const RESERVED_DESCRIPTORS: u64 = 128;
 
 /// Fits the configuration to the open-file limit, so a valid track never fails because
 /// descriptors ran out: the open-file cache keeps at most a quarter of the limit, and
 /// `max_connections` is capped at what is left, counting two descriptors a connection (its
 /// socket, and a file it may be sending that the cache does not hold). Past the cap a
 /// connection gets the clean 503. What had to be lowered: (open files, connections).
-pub fn fit_to_descriptors(config: &mut Config, limit: u64) -> (Option<usize>, Option<usize>) {
+pub(crate) fn fit_to_descriptors(
+    config: &mut Config,
+    limit: u64,
+) -> (Option<usize>, Option<usize>) {
     let open_files_cap = usize::try_from(limit / 4).unwrap_or(usize::MAX);
     let open_files = (config.cache.open_files > open_files_cap).then(|| {
         config.cache.open_files = open_files_cap;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use sd_notify::NotifyState;
 
 /// Tells the service manager the worker is ready, with a status line.
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[NotifyState::Ready, NotifyState::Status(status)]);
 }
 
@@ -22,7 +22,7 @@ pub fn status(status: &str) {
 }
 
 /// Tells the service manager the worker is stopping.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[
         NotifyState::Stopping,
         NotifyState::Status("stopping: draining connections"),
@@ -30,7 +30,7 @@ pub fn stopping() {
 }
 
 /// Pets the watchdog.
-pub fn watchdog() {
+pub(crate) fn watchdog() {
     send(&[NotifyState::Watchdog]);
 }
 
@@ -41,27 +41,27 @@ fn send(states: &[NotifyState<'_>]) {
 }
 
 /// The supervisor's end: a datagram socket a worker's `NOTIFY_SOCKET` points at.
-pub struct NotifyListener {
+pub(crate) struct NotifyListener {
     socket: UnixDatagram,
     path: PathBuf,
 }
 
 /// What a worker said.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Notification {
+pub(crate) struct Notification {
     /// `READY=1` was in the message.
-    pub ready: bool,
+    pub(crate) ready: bool,
     /// `STOPPING=1` was in the message.
-    pub stopping: bool,
+    pub(crate) stopping: bool,
     /// The last `STATUS=` line, if any.
-    pub status: Option<String>,
+    pub(crate) status: Option<String>,
     /// `WATCHDOG=1` was in the message.
-    pub watchdog: bool,
+    pub(crate) watchdog: bool,
 }
 
 impl NotifyListener {
     /// Binds a fresh socket at `path` (a stale file there is replaced).
-    pub fn bind(path: &Path) -> std::io::Result<NotifyListener> {
+    pub(crate) fn bind(path: &Path) -> std::io::Result<NotifyListener> {
         let _ = std::fs::remove_file(path);
         let socket = UnixDatagram::bind(path)?;
         socket.set_nonblocking(true)?;
@@ -72,17 +72,17 @@ impl NotifyListener {
     }
 
     /// The socket's path, for `NOTIFY_SOCKET`.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// The fd to poll.
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
 
     /// Drains every pending message into one summary.
-    pub fn receive(&self) -> Notification {
+    pub(crate) fn receive(&self) -> Notification {
         let mut summary = Notification::default();
         let mut buf = [0u8; 4096];
         while let Ok(n) = self.socket.recv(&mut buf) {

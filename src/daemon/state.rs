@@ -14,7 +14,7 @@ use super::sys;
 /// What the supervisor is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Starting its first worker.
     Starting,
     /// A worker is serving.
@@ -33,63 +33,63 @@ pub enum Phase {
 
 /// The state file's content.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SupervisorState {
+pub(crate) struct SupervisorState {
     /// What the supervisor is doing.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// The supervisor's pid.
-    pub supervisor_pid: i32,
+    pub(crate) supervisor_pid: i32,
     /// When the supervisor started (seconds since the epoch).
-    pub started_at: u64,
+    pub(crate) started_at: u64,
     /// The serving worker, if any.
-    pub worker_pid: Option<i32>,
+    pub(crate) worker_pid: Option<i32>,
     /// When that worker started (seconds since the epoch).
-    pub worker_started_at: Option<u64>,
+    pub(crate) worker_started_at: Option<u64>,
     /// Workers restarted after a crash, since the supervisor started.
-    pub restarts: u32,
+    pub(crate) restarts: u32,
     /// Workers replaced on request (restart / reload).
-    pub replacements: u32,
+    pub(crate) replacements: u32,
     /// How the last worker that ended ended, and its last status line.
-    pub last_exit: Option<String>,
+    pub(crate) last_exit: Option<String>,
     /// SIGHUPs received (reloads asked for).
-    pub reload_attempts: u32,
+    pub(crate) reload_attempts: u32,
     /// How the last reload ended.
-    pub last_reload: Option<ReloadOutcome>,
+    pub(crate) last_reload: Option<ReloadOutcome>,
     /// Why the supervisor gave up, if it did.
-    pub gave_up_reason: Option<String>,
+    pub(crate) gave_up_reason: Option<String>,
     /// Listening address.
-    pub listen: String,
+    pub(crate) listen: String,
     /// Backoff before the next restart, in milliseconds, when in backoff.
-    pub next_backoff_ms: Option<u64>,
+    pub(crate) next_backoff_ms: Option<u64>,
     /// Why a guard last replaced or killed a worker (memory, watchdog).
     #[serde(default)]
-    pub last_guard: Option<String>,
+    pub(crate) last_guard: Option<String>,
 }
 
 /// The result of one reload (SIGHUP / `musicd restart`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ReloadOutcome {
+pub(crate) struct ReloadOutcome {
     /// Which reload this was (see `reload_attempts`).
-    pub attempt: u32,
+    pub(crate) attempt: u32,
     /// Whether a new worker took over.
-    pub ok: bool,
+    pub(crate) ok: bool,
     /// What happened.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Seconds since the epoch, now.
-pub fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
 /// Path of the state file in `state_dir`.
-pub fn state_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn state_path(state_dir: &Path) -> PathBuf {
     state_dir.join("musicd.state.json")
 }
 
 /// Writes the state atomically.
-pub fn write_state(state_dir: &Path, state: &SupervisorState) -> std::io::Result<()> {
+pub(crate) fn write_state(state_dir: &Path, state: &SupervisorState) -> std::io::Result<()> {
     let path = state_path(state_dir);
     let tmp = path.with_extension(format!("json.{}", std::process::id()));
     let text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
@@ -98,14 +98,14 @@ pub fn write_state(state_dir: &Path, state: &SupervisorState) -> std::io::Result
 }
 
 /// Reads the state file, if present and readable.
-pub fn read_state(state_dir: &Path) -> Option<SupervisorState> {
+pub(crate) fn read_state(state_dir: &Path) -> Option<SupervisorState> {
     let text = std::fs::read(state_path(state_dir)).ok()?;
     serde_json::from_slice(&text).ok()
 }
 
 /// What the pid file says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PidFileStatus {
+pub(crate) enum PidFileStatus {
     /// No pid file.
     Absent,
     /// A pid file nobody holds locked: the supervisor that wrote it is gone.
@@ -116,7 +116,7 @@ pub enum PidFileStatus {
 
 /// Inspects the pid file: a pid counts only while its file is locked, so a pid recycled by
 /// an unrelated process after a crash is never mistaken for musicd.
-pub fn pid_file_status(path: &Path) -> PidFileStatus {
+pub(crate) fn pid_file_status(path: &Path) -> PidFileStatus {
     let Ok(mut file) = File::open(path) else {
         return PidFileStatus::Absent;
     };

@@ -35,28 +35,28 @@ use super::sys::{self, ExitKind};
 use crate::config::{Config, Sources};
 
 /// First restart delay.
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How long a worker's memory must stay above `max_rss_mb` before it is replaced.
-pub const RSS_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const RSS_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a new worker may take to report `READY=1`.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Extra time after `stop_timeout` before a draining worker is killed: the worker enforces
 /// the deadline itself, this only catches one that hangs.
 const KILL_MARGIN: Duration = Duration::from_secs(2);
 
 /// Everything the supervisor needs to start workers.
-pub struct Launch {
+pub(crate) struct Launch {
     /// The validated config.
-    pub config: Config,
+    pub(crate) config: Config,
     /// Where it came from, for reloads.
-    pub sources: Sources,
+    pub(crate) sources: Sources,
     /// The musicd binary to run workers from.
-    pub exe: PathBuf,
+    pub(crate) exe: PathBuf,
     /// Where to tell `musicd start` that the first worker is ready (or why not).
-    pub report: Option<std::io::PipeWriter>,
+    pub(crate) report: Option<std::io::PipeWriter>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ struct Supervisor {
 }
 
 /// Runs the supervisor until it stops; returns the process exit code.
-pub fn run(launch: Launch) -> i32 {
+pub(crate) fn run(launch: Launch) -> i32 {
     let Launch {
         config,
         sources,

@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Signals the supervisor handles synchronously through its signalfd.
-pub const SUPERVISOR_SIGNALS: [i32; 5] = [
+pub(crate) const SUPERVISOR_SIGNALS: [i32; 5] = [
     libc::SIGTERM,
     libc::SIGINT,
     libc::SIGHUP,
@@ -30,7 +30,7 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// Points stdout and stderr at `file` (both end up sharing its open file description).
-pub fn redirect_output(file: &File) -> io::Result<()> {
+pub(crate) fn redirect_output(file: &File) -> io::Result<()> {
     // Rust's stdout/stderr handles are plain fd 1/2 wrappers, so they follow the new file.
     for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
         // SAFETY: dup2 on a valid fd we hold onto a standard fd; no memory is involved.
@@ -41,7 +41,7 @@ pub fn redirect_output(file: &File) -> io::Result<()> {
 
 /// Blocks `signals` for this (single-threaded) process and returns a signalfd for them, so
 /// that they are read as data in the supervisor's poll loop instead of interrupting it.
-pub fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
+pub(crate) fn signalfd(signals: &[i32]) -> io::Result<OwnedFd> {
     let set = sigset(signals);
     // SAFETY: `set` is an initialised local sigset; only the process signal mask changes.
     cvt(unsafe { libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) })?;
@@ -65,7 +65,7 @@ fn sigset(signals: &[i32]) -> libc::sigset_t {
 }
 
 /// Reads one pending signal number from a signalfd, if any.
-pub fn read_signal(fd: &OwnedFd) -> Option<i32> {
+pub(crate) fn read_signal(fd: &OwnedFd) -> Option<i32> {
     // SAFETY: signalfd_siginfo is plain data; all-zero is a valid value.
     let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::signalfd_siginfo>();
@@ -80,7 +80,7 @@ pub fn read_signal(fd: &OwnedFd) -> Option<i32> {
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes; returns which are readable.
-pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
+pub(crate) fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -107,7 +107,7 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) -> io::Result<Vec<bool>> 
 
 /// How a child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
+pub(crate) enum ExitKind {
     /// `exit(code)`.
     Code(i32),
     /// Killed by a signal.
@@ -126,7 +126,7 @@ impl std::fmt::Display for ExitKind {
 }
 
 /// A short name for common signals.
-pub fn signal_name(signal: i32) -> &'static str {
+pub(crate) fn signal_name(signal: i32) -> &'static str {
     match signal {
         libc::SIGKILL => "SIGKILL",
         libc::SIGTERM => "SIGTERM",
@@ -140,7 +140,7 @@ pub fn signal_name(signal: i32) -> &'static str {
 }
 
 /// Reaps one exited child without blocking.
-pub fn reap_child() -> Option<(i32, ExitKind)> {
+pub(crate) fn reap_child() -> Option<(i32, ExitKind)> {
     let mut status: libc::c_int = 0;
     // SAFETY: status is a valid out-pointer; WNOHANG makes the call non-blocking.
     let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
@@ -156,18 +156,18 @@ pub fn reap_child() -> Option<(i32, ExitKind)> {
 }
 
 /// Sends `signal` to `pid`.
-pub fn kill(pid: i32, signal: i32) -> io::Result<()> {
+pub(crate) fn kill(pid: i32, signal: i32) -> io::Result<()> {
     // SAFETY: kill(2) takes plain integers.
     cvt(unsafe { libc::kill(pid, signal) }).map(|_| ())
 }
 
 /// Whether a process with this pid exists (and we may signal it).
-pub fn alive(pid: i32) -> bool {
+pub(crate) fn alive(pid: i32) -> bool {
     pid > 0 && kill(pid, 0).is_ok()
 }
 
 /// Whether another process holds an exclusive `flock` on the file.
-pub fn locked_by_other(file: &File) -> bool {
+pub(crate) fn locked_by_other(file: &File) -> bool {
     // SAFETY: flock on a valid fd we own.
     let got = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
     if got {
@@ -185,7 +185,7 @@ pub fn locked_by_other(file: &File) -> bool {
 /// * the signal mask the supervisor set is cleared (masks are inherited across exec, and a
 ///   worker with SIGTERM blocked could never be stopped);
 /// * the worker gets SIGTERM if the supervisor dies, so no orphan keeps the port.
-pub fn prepare_worker(listener: RawFd, ops: Option<RawFd>) -> io::Result<()> {
+pub(crate) fn prepare_worker(listener: RawFd, ops: Option<RawFd>) -> io::Result<()> {
     // Only async-signal-safe syscalls on integers and a local sigset, as required between
     // fork and exec. The ops socket moves first: it may sit on fd 3, which the listener is
     // about to take.
@@ -227,7 +227,11 @@ fn keep_across_exec(fd: RawFd, target: RawFd) -> io::Result<()> {
 
 /// Makes `command` exec as a worker: its listening sockets on fd 3 (and 4), a clean signal
 /// mask, SIGTERM when the supervisor dies ([`prepare_worker`], between fork and exec).
-pub fn exec_as_worker(command: &mut std::process::Command, listener: RawFd, ops: Option<RawFd>) {
+pub(crate) fn exec_as_worker(
+    command: &mut std::process::Command,
+    listener: RawFd,
+    ops: Option<RawFd>,
+) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
     // syscalls (prepare_worker), allocating nothing.
@@ -241,7 +245,7 @@ pub fn exec_as_worker(command: &mut std::process::Command, listener: RawFd, ops:
 ///
 /// # Safety
 /// No other thread may exist (it changes the environment).
-pub unsafe fn take_watchdog() -> Option<Duration> {
+pub(crate) unsafe fn take_watchdog() -> Option<Duration> {
     // SAFETY: the caller guarantees that this process has a single thread.
     unsafe { sd_notify::watchdog_enabled_and_unset_env() }
 }
@@ -251,7 +255,7 @@ pub unsafe fn take_watchdog() -> Option<Duration> {
 /// # Safety
 /// No other thread may exist (`setenv`/`unsetenv` are not thread-safe): call it before the
 /// runtime is built.
-pub unsafe fn remove_env(names: &[&str]) {
+pub(crate) unsafe fn remove_env(names: &[&str]) {
     for name in names {
         // SAFETY: the caller guarantees that this process has a single thread.
         unsafe { std::env::remove_var(name) };
@@ -264,7 +268,7 @@ pub unsafe fn remove_env(names: &[&str]) {
 /// # Safety
 /// `fd` must be a descriptor handed to this process (by systemd or the supervisor) that
 /// nothing else owns, taken exactly once.
-pub unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListener> {
+pub(crate) unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListener> {
     // SAFETY: fcntl on a descriptor the caller vouches for.
     let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
     // SAFETY: as above.
@@ -276,7 +280,7 @@ pub unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListener> {
 /// Raises this process's soft limit of open files to its hard limit (as Go's runtime and
 /// nginx's `worker_rlimit_nofile` do: shells hand out 1,024 under a hard limit far
 /// higher). The limit in force afterwards.
-pub fn raise_open_files_limit() -> io::Result<u64> {
+pub(crate) fn raise_open_files_limit() -> io::Result<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -298,7 +302,7 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
 }
 
 /// The resident memory of process `pid` (`VmRSS` in `/proc/{pid}/status`).
-pub fn resident_bytes(pid: i32) -> Option<u64> {
+pub(crate) fn resident_bytes(pid: i32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -308,7 +312,10 @@ pub fn resident_bytes(pid: i32) -> Option<u64> {
 /// Binds a listening TCP socket with a deep accept queue. std's `TcpListener::bind` uses a
 /// backlog of 128; connections that arrive while a worker restarts, or in a burst of
 /// thousands, wait in this queue, so it is sized like nginx's production setting.
-pub fn listen(addr: std::net::SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+pub(crate) fn listen(
+    addr: std::net::SocketAddr,
+    backlog: i32,
+) -> io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
@@ -318,4 +325,4 @@ pub fn listen(addr: std::net::SocketAddr, backlog: i32) -> io::Result<std::net::
 }
 
 /// Accept-queue length for [`listen`] (the kernel caps it at `net.core.somaxconn`).
-pub const BACKLOG: i32 = 4096;
+pub(crate) const BACKLOG: i32 = 4096;

@@ -20,19 +20,19 @@ use super::service::Service;
 #[derive(Debug, Clone)]
 pub struct Admission {
     /// How long in-flight responses may finish after shutdown starts.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// Connections served at once; beyond, a 503 and close.
-    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    pub(crate) connection_slots: Arc<tokio::sync::Semaphore>,
     /// Over-capacity answers being written at once (each holds a descriptor until its 503
     /// is out and the close staged). When they are all busy too, new connections wait in
     /// the kernel's queue: a slow answer, never a refused connection, and the descriptors
     /// a served request needs to open its file stay free.
-    pub refusal_slots: Arc<tokio::sync::Semaphore>,
+    pub(crate) refusal_slots: Arc<tokio::sync::Semaphore>,
     /// Where to count open connections, if anywhere (`musicd_open_connections`).
-    pub open_connections: Option<Arc<AtomicI64>>,
+    pub(crate) open_connections: Option<Arc<AtomicI64>>,
     /// The event loops accepting on this socket, and which one this is: a loop holding
     /// more than its share of connections lets the others accept (see [`LoopBalance`]).
-    pub balance: Option<(Arc<LoopBalance>, usize)>,
+    pub(crate) balance: Option<(Arc<LoopBalance>, usize)>,
 }
 
 impl Admission {
@@ -64,7 +64,7 @@ impl Admission {
 /// balance by hash instead, but needs a socket per loop, which the supervisor's and
 /// systemd's single inherited socket do not give.
 #[derive(Debug)]
-pub struct LoopBalance {
+pub(crate) struct LoopBalance {
     live: Box<[std::sync::atomic::AtomicUsize]>,
     /// Loops that are accepting now: one that never started or has stopped gets nothing.
     accepting: Box<[std::sync::atomic::AtomicBool]>,
@@ -81,7 +81,7 @@ type Handoff = (
 
 impl LoopBalance {
     /// For `loops` event loops.
-    pub fn new(loops: usize) -> LoopBalance {
+    pub(crate) fn new(loops: usize) -> LoopBalance {
         let loops = loops.max(1);
         let (senders, inboxes): (Vec<_>, Vec<_>) = (0..loops)
             .map(|_| {

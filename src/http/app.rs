@@ -14,7 +14,7 @@ use super::{AppState, ops};
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenerRole {
+pub(crate) enum ListenerRole {
     /// Everything (no `ops_listen`).
     All,
     /// Tracks and `/healthz`; `/metrics` and `/readyz` are on the ops listener.
@@ -37,9 +37,9 @@ impl ListenerRole {
 
 /// The application: state, the track routes, and the axum router for the rest.
 #[derive(Clone)]
-pub struct App {
+pub(crate) struct App {
     /// Shared by every request.
-    pub state: AppState,
+    pub(crate) state: AppState,
     /// Which paths are tracks.
     pub(crate) tracks: TrackRoutes,
     router: Router,
@@ -47,7 +47,7 @@ pub struct App {
 
 impl App {
     /// Track routes under every configured prefix, ops endpoints, JSON 404s.
-    pub fn new(state: AppState, prefixes: &[String]) -> App {
+    pub(crate) fn new(state: AppState, prefixes: &[String]) -> App {
         let mut router = Router::new();
         for route in Route::OPS {
             let handler: MethodRouter<AppState> = match route {

@@ -14,25 +14,30 @@ use ipnet::IpNet;
 
 /// The networks whose forwarding headers are believed.
 #[derive(Debug, Clone, Default)]
-pub struct TrustedProxies {
+pub(crate) struct TrustedProxies {
     networks: Vec<IpNet>,
 }
 
 impl TrustedProxies {
     /// Trusts these networks.
-    pub fn new(networks: Vec<IpNet>) -> TrustedProxies {
+    pub(crate) fn new(networks: Vec<IpNet>) -> TrustedProxies {
         TrustedProxies { networks }
     }
 
     /// Whether `ip` is a trusted proxy.
-    pub fn trusts(&self, ip: IpAddr) -> bool {
+    pub(crate) fn trusts(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.networks.iter().any(|net| net.contains(&ip))
     }
 
     /// The client of a request that came from `peer` with these `X-Forwarded-For` lines
     /// (in the order received) and `X-Real-IP`.
-    pub fn client(&self, peer: IpAddr, forwarded_for: &[&[u8]], real_ip: Option<&[u8]>) -> IpAddr {
+    pub(crate) fn client(
+        &self,
+        peer: IpAddr,
+        forwarded_for: &[&[u8]],
+        real_ip: Option<&[u8]>,
+    ) -> IpAddr {
         let peer = canonical(peer);
         if !self.trusts(peer) {
             return peer;

@@ -28,7 +28,6 @@ pub(crate) struct Dispatched {
     pub(crate) route: Route,
     /// Where the track's path came from.
     pub(crate) outcome: CacheOutcome,
-    /// The answer.
     pub(crate) answer: Answer,
 }
 

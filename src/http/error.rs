@@ -15,11 +15,11 @@ use crate::catalog::ResolveError;
 use crate::media::MediaError;
 
 /// Seconds a client is told to wait when the catalogue is down.
-pub const RETRY_AFTER_SECS: u32 = 5;
+pub(crate) const RETRY_AFTER_SECS: u32 = 5;
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The id in the URL is not a 24-digit hex ObjectId.
     #[error("invalid track id")]
     InvalidId {
@@ -28,14 +28,10 @@ pub enum ApiError {
     },
     /// No document has this id.
     #[error("unknown track id")]
-    UnknownId {
-        /// The id.
-        id: String,
-    },
+    UnknownId { id: String },
     /// The link's signature is missing, wrong or expired.
     #[error("{source}")]
     Signature {
-        /// The id.
         id: String,
         /// Why.
         source: crate::signing::SignatureError,
@@ -43,7 +39,6 @@ pub enum ApiError {
     /// The id could not be resolved (MongoDB down, invalid document).
     #[error("{source}")]
     Resolve {
-        /// The id.
         id: String,
         /// Why.
         source: ResolveError,
@@ -51,7 +46,6 @@ pub enum ApiError {
     /// The document's path cannot be served.
     #[error("{source}")]
     Media {
-        /// The id.
         id: String,
         /// Why.
         source: MediaError,
@@ -59,7 +53,6 @@ pub enum ApiError {
     /// Reading the file failed for another reason.
     #[error("file could not be read")]
     Io {
-        /// The id.
         id: String,
         /// Why.
         source: std::io::Error,
@@ -68,7 +61,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// The status this error maps to.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::InvalidId { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownId { .. } => StatusCode::NOT_FOUND,
@@ -144,7 +137,7 @@ impl ApiError {
 
 impl ApiError {
     /// The answer the client gets (and the log line we keep).
-    pub fn into_answer(self) -> Answer {
+    pub(crate) fn into_answer(self) -> Answer {
         self.log();
         let status = self.status();
         // Echo at most a sane length of the id back; it is attacker-controlled.
@@ -163,6 +156,6 @@ impl ApiError {
 }
 
 /// A JSON error body from the router (its 404 and the ops endpoints' failures).
-pub fn json_status(status: StatusCode, message: &str) -> Response {
+pub(crate) fn json_status(status: StatusCode, message: &str) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
 }

@@ -95,7 +95,7 @@ impl RequestHistogram {
 
 /// All counters of one server.
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     requests: [[AtomicU64; STATUSES.len()]; Route::ALL.len()],
     bytes_sent: AtomicU64,
     cache: [AtomicU64; OUTCOMES.len()],
@@ -113,12 +113,18 @@ pub struct Metrics {
 
 impl Metrics {
     /// A response began (its body is being sent).
-    pub fn response_started(&self) {
+    pub(crate) fn response_started(&self) {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A response ended: count it.
-    pub fn response_finished(&self, route: Route, status: u16, bytes: u64, cache: CacheOutcome) {
+    pub(crate) fn response_finished(
+        &self,
+        route: Route,
+        status: u16,
+        bytes: u64,
+        cache: CacheOutcome,
+    ) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
         let slot = STATUSES
             .iter()
@@ -132,7 +138,7 @@ impl Metrics {
     }
 
     /// How long an exchange took, and how long until its response head was written.
-    pub fn observe_request(
+    pub(crate) fn observe_request(
         &self,
         route: Route,
         status: u16,
@@ -146,7 +152,7 @@ impl Metrics {
     }
 
     /// One id resolution took `elapsed`.
-    pub fn observe_resolve(&self, elapsed: Duration) {
+    pub(crate) fn observe_resolve(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
             if seconds <= bound {
@@ -161,7 +167,7 @@ impl Metrics {
     }
 
     /// A file was (true) or was not (false) answered from memory.
-    pub fn file_cache(&self, hit: bool) {
+    pub(crate) fn file_cache(&self, hit: bool) {
         if hit {
             self.file_cache_hits.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -170,17 +176,22 @@ impl Metrics {
     }
 
     /// MongoDB failed a lookup.
-    pub fn mongodb_error(&self) {
+    pub(crate) fn mongodb_error(&self) {
         self.mongodb_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The open-connections gauge, for the accept loops to count into.
-    pub fn open_connections(&self) -> Arc<AtomicI64> {
+    pub(crate) fn open_connections(&self) -> Arc<AtomicI64> {
         Arc::clone(&self.open_connections)
     }
 
     /// The Prometheus text exposition; `redis_errors` comes from the Redis link.
-    pub fn render(&self, redis_errors: u64, file_cache_bytes: u64, local_ids: usize) -> String {
+    pub(crate) fn render(
+        &self,
+        redis_errors: u64,
+        file_cache_bytes: u64,
+        local_ids: usize,
+    ) -> String {
         let mut out = String::with_capacity(4096);
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let requests = "musicd_requests_total";
@@ -321,7 +332,7 @@ impl Metrics {
 }
 
 /// How the file cache proves its copies current: `stat` calls, watcher drains, watches.
-pub fn render_file_checks(out: &mut String, cache: &super::file::cache::FileCache) {
+pub(crate) fn render_file_checks(out: &mut String, cache: &super::file::cache::FileCache) {
     let checks = "musicd_file_cache_checks_total";
     family(
         out,
@@ -329,7 +340,7 @@ pub fn render_file_checks(out: &mut String, cache: &super::file::cache::FileCach
         "counter",
         "Checks that cached files are unchanged: a stat of one file, or a drain of inotify vouching for every watched one.",
     );
-    let _ = writeln!(out, "{checks}{{by=\"stat\"}} {}", cache.stats());
+    let _ = writeln!(out, "{checks}{{by=\"stat\"}} {}", cache.stat_calls());
     let _ = writeln!(out, "{checks}{{by=\"drain\"}} {}", cache.drains());
     single(
         out,
@@ -341,7 +352,7 @@ pub fn render_file_checks(out: &mut String, cache: &super::file::cache::FileCach
 }
 
 /// The change-stream follower's series (`crate::watch`), appended to `out`.
-pub fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
+pub(crate) fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
     let following = u8::from(watch.state() == crate::watch::WatchState::Following);
     single(
         out,
@@ -419,7 +430,10 @@ pub fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
 }
 
 /// The pushed-eviction subscription's series (`crate::catalog::evictions`).
-pub fn render_evictions(out: &mut String, status: &crate::catalog::evictions::EvictionStatus) {
+pub(crate) fn render_evictions(
+    out: &mut String,
+    status: &crate::catalog::evictions::EvictionStatus,
+) {
     single(
         out,
         "musicd_evictions_subscribed",
@@ -451,7 +465,7 @@ pub fn render_evictions(out: &mut String, status: &crate::catalog::evictions::Ev
 }
 
 /// Lookups waiting on MongoDB: at most 1,024, and at most 8 while it hangs.
-pub fn render_mongodb_waiting(out: &mut String, waiting: usize) {
+pub(crate) fn render_mongodb_waiting(out: &mut String, waiting: usize) {
     single(
         out,
         "musicd_mongodb_waiting",
@@ -463,7 +477,7 @@ pub fn render_mongodb_waiting(out: &mut String, waiting: usize) {
 
 /// The access log's series: lines written, and lines lost to a sink that failed or did
 /// not keep up.
-pub fn render_access_log(out: &mut String, written: u64, dropped: u64) {
+pub(crate) fn render_access_log(out: &mut String, written: u64, dropped: u64) {
     single(
         out,
         "musicd_access_log_lines_total",

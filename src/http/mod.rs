@@ -10,20 +10,20 @@
 //! * `access_log` counts the exchange in [`metrics`] and logs it.
 
 pub mod accept;
-pub mod access;
-pub mod access_log;
-pub mod app;
-pub mod client_ip;
+pub(crate) mod access;
+pub(crate) mod access_log;
+pub(crate) mod app;
+pub(crate) mod client_ip;
 pub(crate) mod dispatch;
 pub(crate) mod endpoint;
 pub(crate) mod error;
 pub mod file;
 pub mod h1;
-pub mod metrics;
-pub mod ops;
-pub mod routes;
+pub(crate) mod metrics;
+pub(crate) mod ops;
+pub(crate) mod routes;
 pub mod service;
-pub mod track;
+pub(crate) mod track;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -35,7 +35,6 @@ use crate::catalog::backends::Backends;
 use crate::config::Config;
 use file::FileSettings;
 
-pub use app::{App, ListenerRole};
 pub use track::parse_track_id;
 
 /// Why the server could not be set up.
@@ -57,29 +56,29 @@ pub enum ServerError {
 
 /// Shared by every request.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// id -> path.
-    pub resolver: Arc<Resolver>,
+    pub(crate) resolver: Arc<Resolver>,
     /// How files are served.
-    pub files: Arc<FileSettings>,
+    pub(crate) files: Arc<FileSettings>,
     /// For `/healthz` uptime.
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// Counters for `/metrics`.
-    pub metrics: Arc<metrics::Metrics>,
+    pub(crate) metrics: Arc<metrics::Metrics>,
     /// The access log, when it is on.
-    pub access_log: Option<Arc<access_log::AccessLog>>,
+    pub(crate) access_log: Option<Arc<access_log::AccessLog>>,
     /// Signed links and CORS.
-    pub access: Arc<access::AccessRules>,
+    pub(crate) access: Arc<access::AccessRules>,
     /// The change-stream follower's state, for `/readyz` and `/metrics`.
-    pub watch: Arc<crate::watch::WatchStatus>,
+    pub(crate) watch: Arc<crate::watch::WatchStatus>,
     /// The subscription to pushed evictions, for `/readyz` and `/metrics`.
-    pub evictions: Arc<crate::catalog::evictions::EvictionStatus>,
+    pub(crate) evictions: Arc<crate::catalog::evictions::EvictionStatus>,
 }
 
 impl AppState {
     /// Builds the resolver and file settings from a validated config. Connects to nothing:
     /// backends are reached on first use, so the server starts even while they are down.
-    pub async fn new(config: &Config) -> Result<AppState, ServerError> {
+    pub(crate) async fn new(config: &Config) -> Result<AppState, ServerError> {
         let (resolver, roots) = Backends::new(config).await?.resolver(config);
         let files = FileSettings {
             roots,

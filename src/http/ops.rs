@@ -20,7 +20,7 @@ use super::service::{Answer, Payload};
 
 /// `GET /healthz` through the router (the HTTP/1.1 connections answer it directly with
 /// [`healthz_answer`]; this route is what other methods meet, for their 405).
-pub async fn healthz(State(state): State<AppState>) -> Response {
+pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(JSON))],
         healthz_body(&state),
@@ -31,7 +31,7 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 const JSON: &str = "application/json";
 
 /// The `/healthz` answer.
-pub fn healthz_answer(state: &AppState) -> Answer {
+pub(crate) fn healthz_answer(state: &AppState) -> Answer {
     Answer::new(
         StatusCode::OK,
         Bytes::from_static(b"content-type: application/json\r\n"),
@@ -51,26 +51,26 @@ fn healthz_body(state: &AppState) -> Bytes {
 
 /// Whether the backends answer.
 #[derive(Debug, Clone)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// Redis round trip, or why it failed.
-    pub redis: Result<Duration, Failure>,
+    pub(crate) redis: Result<Duration, Failure>,
     /// MongoDB round trip, or why it failed.
-    pub mongodb: Result<Duration, Failure>,
+    pub(crate) mongodb: Result<Duration, Failure>,
 }
 
 /// Why a backend did not answer a probe.
 #[derive(Debug, Clone)]
-pub struct Failure {
+pub(crate) struct Failure {
     /// No answer within the timeout (a stopped or overloaded server, or a partition),
     /// rather than a refusal or an error: the two call for different fixes.
-    pub hung: bool,
+    pub(crate) hung: bool,
     /// What the client said.
-    pub error: String,
+    pub(crate) error: String,
 }
 
 impl Readiness {
     /// `ready`, `degraded` (Redis down) or `unavailable` (MongoDB down).
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         match (self.mongodb.is_ok(), self.redis.is_ok()) {
             (true, true) => "ready",
             (true, false) => "degraded",
@@ -79,7 +79,7 @@ impl Readiness {
     }
 
     /// The JSON body of `/readyz`.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         json!({
             "status": self.status(),
             "redis": check(&self.redis),
@@ -89,7 +89,7 @@ impl Readiness {
 }
 
 /// Pings Redis and MongoDB (each bounded by its configured timeout).
-pub async fn readiness(state: &AppState) -> Readiness {
+pub(crate) async fn readiness(state: &AppState) -> Readiness {
     let redis = state.resolver.cache().link().run(|mut conn| async move {
         let started = std::time::Instant::now();
         redis::cmd("PING").query_async::<()>(&mut conn).await?;
@@ -110,7 +110,7 @@ pub async fn readiness(state: &AppState) -> Readiness {
 }
 
 /// `GET /readyz`.
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let readiness = readiness(&state).await;
     let code = if readiness.mongodb.is_ok() {
         StatusCode::OK
@@ -139,7 +139,7 @@ fn check(result: &Result<Duration, Failure>) -> serde_json::Value {
 }
 
 /// `GET /metrics`: Prometheus text format.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = state.metrics.render(
         state.resolver.cache().link().errors(),
         state.files.cache.used_bytes(),

@@ -12,7 +12,7 @@ use percent_encoding::percent_decode_str;
 
 /// A route, as counted and logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// `GET|HEAD {prefix}/{id}[/{name}]`.
     Track,
     /// `/healthz`: the process answers.
@@ -27,7 +27,7 @@ pub enum Route {
 
 impl Route {
     /// Every route, in the order of [`Route::index`].
-    pub const ALL: [Route; 5] = [
+    pub(crate) const ALL: [Route; 5] = [
         Route::Track,
         Route::Healthz,
         Route::Readyz,
@@ -36,10 +36,10 @@ impl Route {
     ];
 
     /// The ops endpoints, served by the axum router.
-    pub const OPS: [Route; 3] = [Route::Healthz, Route::Readyz, Route::Metrics];
+    pub(crate) const OPS: [Route; 3] = [Route::Healthz, Route::Readyz, Route::Metrics];
 
     /// The label in metrics and logs.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Route::Track => "track",
             Route::Healthz => "healthz",
@@ -50,7 +50,7 @@ impl Route {
     }
 
     /// The path of an ops endpoint.
-    pub fn path(self) -> Option<&'static str> {
+    pub(crate) fn path(self) -> Option<&'static str> {
         match self {
             Route::Healthz => Some("/healthz"),
             Route::Readyz => Some("/readyz"),
@@ -60,12 +60,12 @@ impl Route {
     }
 
     /// Position in [`Route::ALL`] (metrics keep one row per route).
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
     /// The ops route at `path`, else [`Route::Other`].
-    pub fn of_path(path: &str) -> Route {
+    pub(crate) fn of_path(path: &str) -> Route {
         Route::OPS
             .into_iter()
             .find(|route| route.path() == Some(path))
@@ -75,13 +75,13 @@ impl Route {
 
 /// The track route under every configured prefix.
 #[derive(Debug, Clone)]
-pub struct TrackRoutes {
+pub(crate) struct TrackRoutes {
     prefixes: Arc<[String]>,
 }
 
 impl TrackRoutes {
     /// Track routes under these prefixes (`/musicdb`, `/stream/musicdb`).
-    pub fn new(prefixes: &[String]) -> TrackRoutes {
+    pub(crate) fn new(prefixes: &[String]) -> TrackRoutes {
         TrackRoutes {
             prefixes: prefixes.into(),
         }
@@ -90,7 +90,7 @@ impl TrackRoutes {
     /// The id, percent-decoded, when `path` (without query) is a track URL. An id whose
     /// escapes do not decode to UTF-8 is returned as received: it is not an ObjectId either
     /// way, and the client gets the usual 400 with what it sent.
-    pub fn id(&self, path: &str) -> Option<String> {
+    pub(crate) fn id(&self, path: &str) -> Option<String> {
         self.prefixes.iter().find_map(|prefix| {
             let rest = path.strip_prefix(prefix.as_str())?.strip_prefix('/')?;
             let (id, name) = match rest.split_once('/') {

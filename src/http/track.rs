@@ -17,7 +17,7 @@ use crate::catalog::{CacheOutcome, ResolveError};
 use crate::signing::{LinkParams, unix_now};
 
 /// Checks the link, resolves `id` and answers with its file (or the error's answer).
-pub async fn answer(
+pub(crate) async fn answer(
     state: &AppState,
     id: String,
     request: FileRequest,
@@ -62,7 +62,13 @@ async fn resolve_and_serve(
         return (resolution.outcome, answer);
     }
     state.metrics.file_cache(false);
-    let served = Box::pin(file::serve(Arc::clone(&state.files), id, path, request)).await;
+    let served = Box::pin(file::open_and_answer(
+        Arc::clone(&state.files),
+        id,
+        path,
+        request,
+    ))
+    .await;
     (resolution.outcome, served)
 }
 

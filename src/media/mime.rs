@@ -3,7 +3,7 @@
 use std::path::Path;
 
 /// The `Content-Type` for a file, by its extension (case-insensitive).
-pub fn content_type(path: &Path) -> &'static str {
+pub(crate) fn content_type(path: &Path) -> &'static str {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -36,7 +36,7 @@ pub fn content_type(path: &Path) -> &'static str {
 }
 
 /// Whether `import` treats a file as audio.
-pub fn is_audio(path: &Path) -> bool {
+pub(crate) fn is_audio(path: &Path) -> bool {
     content_type(path) != "application/octet-stream"
 }
 

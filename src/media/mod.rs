@@ -7,7 +7,7 @@
 //! decides that; it is synchronous (it touches the file system) and is called from the
 //! blocking pool.
 
-pub mod mime;
+pub(crate) mod mime;
 pub mod probe;
 
 use std::fs::{File, Metadata};
@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Why a document's path is not served.
 #[derive(Debug, thiserror::Error)]
-pub enum MediaError {
+pub(crate) enum MediaError {
     /// The path is relative, empty or contains a NUL byte.
     #[error("path is not an absolute file path")]
     NotAbsolute,
@@ -51,20 +51,20 @@ fn unreadable(err: io::Error) -> MediaError {
 
 /// An open file under a media root.
 #[derive(Debug)]
-pub struct MediaFile {
+pub(crate) struct MediaFile {
     /// Canonical path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Index of the media root it lies under.
-    pub root_index: usize,
+    pub(crate) root_index: usize,
     /// The open file.
-    pub file: File,
+    pub(crate) file: File,
     /// Its metadata, taken from the open file (not the path), so both describe one inode.
-    pub metadata: Metadata,
+    pub(crate) metadata: Metadata,
 }
 
 /// The canonical media roots and the symlink policy.
 #[derive(Debug, Clone)]
-pub struct MediaRoots {
+pub(crate) struct MediaRoots {
     roots: Vec<PathBuf>,
     follow_symlinks: bool,
 }
@@ -72,7 +72,7 @@ pub struct MediaRoots {
 impl MediaRoots {
     /// Roots as given; they must already be canonical (config validation does that).
     /// Symlinks inside the roots are followed.
-    pub fn new(roots: Vec<PathBuf>) -> MediaRoots {
+    pub(crate) fn new(roots: Vec<PathBuf>) -> MediaRoots {
         MediaRoots {
             roots,
             follow_symlinks: true,
@@ -82,18 +82,17 @@ impl MediaRoots {
     /// Sets whether a path may go through symlinks inside the roots. When not, a document
     /// must name its file by its real path: the canonical path must equal the path as
     /// written (after removing `.` and doubled slashes).
-    pub fn follow_symlinks(mut self, follow: bool) -> MediaRoots {
+    pub(crate) fn follow_symlinks(mut self, follow: bool) -> MediaRoots {
         self.follow_symlinks = follow;
         self
     }
 
-    /// The roots.
-    pub fn roots(&self) -> &[PathBuf] {
+    pub(crate) fn roots(&self) -> &[PathBuf] {
         &self.roots
     }
 
     /// Resolves a document path to a canonical path under a root, without opening it.
-    pub fn confine(&self, raw: &str) -> Result<(PathBuf, usize), MediaError> {
+    pub(crate) fn confine(&self, raw: &str) -> Result<(PathBuf, usize), MediaError> {
         if raw.is_empty() || raw.contains('\0') {
             return Err(MediaError::NotAbsolute);
         }
@@ -130,7 +129,7 @@ impl MediaRoots {
     }
 
     /// Confines and opens a document path; only regular files pass.
-    pub fn open(&self, raw: &str) -> Result<MediaFile, MediaError> {
+    pub(crate) fn open(&self, raw: &str) -> Result<MediaFile, MediaError> {
         let (path, root_index) = self.confine(raw)?;
         // Checking the type before opening keeps a FIFO from blocking the open.
         let pre = std::fs::metadata(&path).map_err(open_error)?;
@@ -160,7 +159,7 @@ impl MediaRoots {
     }
 
     /// The path relative to its root, for x-accel-redirect / x-sendfile.
-    pub fn relative<'a>(&self, file: &'a MediaFile) -> Option<&'a Path> {
+    pub(crate) fn relative<'a>(&self, file: &'a MediaFile) -> Option<&'a Path> {
         let root = self.roots.get(file.root_index)?;
         file.path.strip_prefix(root).ok()
     }

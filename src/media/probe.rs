@@ -49,7 +49,7 @@ pub enum Format {
 
 impl Format {
     /// The format a file name's extension promises, if it names an audio type.
-    pub fn of_extension(extension: &str) -> Option<Format> {
+    pub(crate) fn of_extension(extension: &str) -> Option<Format> {
         Some(match extension.to_ascii_lowercase().as_str() {
             "mp3" => Format::Mpeg,
             "m4a" | "mp4" | "m4b" | "3gp" => Format::Mp4,
@@ -72,7 +72,7 @@ impl Format {
     }
 
     /// A short name for reports.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Format::Mpeg => "mp3",
             Format::Mp4 => "mp4",
@@ -250,11 +250,11 @@ fn mpeg_frame(bytes: &[u8]) -> Option<Frame> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Headers {
     /// The file ends before a length its headers declare: what was declared.
-    pub truncated: Option<String>,
+    pub(crate) truncated: Option<String>,
     /// An mp4 whose `moov` comes after its `mdat`.
-    pub slow_start: bool,
+    pub(crate) slow_start: bool,
     /// A variable-bitrate mp3 without a Xing, Info or VBRI header.
-    pub no_seek_table: bool,
+    pub(crate) no_seek_table: bool,
 }
 
 /// How much of an mp3's frames the shallow pass follows to see whether the bitrate varies.
@@ -397,15 +397,15 @@ fn bitrate_varies(frames: &[u8]) -> bool {
 
 /// What a stream's own container says about it (`symphonia`), for the catalogue.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct StreamFacts {
+pub(crate) struct StreamFacts {
     /// The codec's short name (`mp3`, `aac`, `flac`, `vorbis`, `pcm_s16le`, ...).
-    pub codec: Option<String>,
+    pub(crate) codec: Option<String>,
     /// Seconds, when the container declares the length.
-    pub duration: Option<f64>,
+    pub(crate) duration: Option<f64>,
     /// Hertz.
-    pub sample_rate: Option<u32>,
+    pub(crate) sample_rate: Option<u32>,
     /// Bits per second over the whole file, when the duration is known.
-    pub bitrate: Option<u64>,
+    pub(crate) bitrate: Option<u64>,
 }
 
 /// Opens `file` with symphonia's demuxers (`extension` as a hint): the default track.
@@ -434,7 +434,7 @@ fn open_stream(
 }
 
 /// Codec, duration, sample rate and bitrate of a file of `len` bytes, from its headers.
-pub fn stream_facts(
+pub(crate) fn stream_facts(
     file: std::fs::File,
     extension: Option<&str>,
     len: u64,
@@ -466,18 +466,18 @@ pub fn stream_facts(
 
 /// What demuxing a whole file found: whether its stream ends where its headers say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Demuxed {
+pub(crate) struct Demuxed {
     /// Sample frames in the packets read.
-    pub frames: u64,
+    pub(crate) frames: u64,
     /// Sample frames the container declares, when it does.
-    pub declared: Option<u64>,
+    pub(crate) declared: Option<u64>,
     /// The stream broke before its end: why.
-    pub broken: Option<String>,
+    pub(crate) broken: Option<String>,
 }
 
 impl Demuxed {
     /// A short stream or a broken one: what `verify --deep` reports as `truncated`.
-    pub fn truncation(&self, largest_packet: u64) -> Option<String> {
+    pub(crate) fn truncation(&self, largest_packet: u64) -> Option<String> {
         if let Some(why) = &self.broken {
             return Some(format!(
                 "the stream breaks after {} frames: {why}",
@@ -496,7 +496,7 @@ impl Demuxed {
 
 /// Reads every packet of the default track to the end (`verify --deep`): demuxing, not
 /// decoding, so it runs at disk speed. Returns the largest packet's length too.
-pub fn demux_to_end(
+pub(crate) fn demux_to_end(
     file: std::fs::File,
     extension: Option<&str>,
 ) -> Result<(Demuxed, u64), String> {

@@ -37,22 +37,22 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::redis_link::RedisLink;
 
 /// At most one BAN per cache this often.
-pub const BATCH_EVERY: Duration = Duration::from_millis(50);
+pub(crate) const BATCH_EVERY: Duration = Duration::from_millis(50);
 
 /// Ids in one BAN: its `X-Ban-Url` stays under varnish's 8 KiB header limit.
-pub const IDS_PER_BAN: usize = 200;
+pub(crate) const IDS_PER_BAN: usize = 200;
 
 /// Past this many waiting ids, one ban of every track URL replaces them.
-pub const MAX_PENDING: usize = 20_000;
+pub(crate) const MAX_PENDING: usize = 20_000;
 
 /// The longest pause between attempts at a failing cache.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Every delivered ban is sent once more this long after: an answer fetched from a musicd
 /// that had not heard of the change yet (its eviction subscription down: it keeps answers
 /// up to [`crate::catalog::local::UNPUSHED_TTL`]), or a fetch under way while the ban
 /// arrived, would otherwise stay cached for the object's whole TTL.
-pub const ECHO_AFTER: Duration = Duration::from_millis(1200);
+pub(crate) const ECHO_AFTER: Duration = Duration::from_millis(1200);
 
 /// Sequence number of an echo: never holds the resume point back.
 const ECHO_SEQ: u64 = u64::MAX;
@@ -184,7 +184,7 @@ fn earliest(a: Queued, b: Queued) -> Queued {
 }
 
 /// One cache in front, its queue and counters.
-pub struct Cache {
+pub(crate) struct Cache {
     url: String,
     pending: Mutex<Pending>,
     wake: tokio::sync::Notify,
@@ -263,34 +263,33 @@ impl Cache {
         }
     }
 
-    /// Its URL.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// Bans answered 2xx.
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         self.sent.load(Ordering::Relaxed)
     }
 
     /// Attempts that failed (each retried).
-    pub fn failed(&self) -> u64 {
+    pub(crate) fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
     }
 
     /// Ids (or "everything") given up on, never delivered nor handed over.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// Ids owed, waiting or being sent (an "everything" counts one).
-    pub fn waiting(&self) -> usize {
+    pub(crate) fn waiting(&self) -> usize {
         self.pending().owed()
     }
 
     /// Queued-to-answered time of the last delivered ban; while bans are owed, the age of
     /// the oldest.
-    pub fn lag_seconds(&self) -> f64 {
+    pub(crate) fn lag_seconds(&self) -> f64 {
         let owed = self
             .pending()
             .all_queued()
@@ -316,7 +315,7 @@ impl Cache {
 }
 
 /// The bans of one process's follower: a queue and a sender per cache.
-pub struct Banner {
+pub(crate) struct Banner {
     caches: Vec<Cache>,
     prefixes: Vec<String>,
     /// Sequence number of the last id queued.
@@ -328,7 +327,7 @@ pub struct Banner {
 
 impl Banner {
     /// A banner for these caches and route prefixes.
-    pub fn new(ban_urls: &[String], route_prefixes: &[String]) -> Banner {
+    pub(crate) fn new(ban_urls: &[String], route_prefixes: &[String]) -> Banner {
         Banner {
             caches: ban_urls.iter().map(|u| Cache::new(u)).collect(),
             prefixes: route_prefixes.to_vec(),
@@ -342,17 +341,17 @@ impl Banner {
     }
 
     /// The caches, for metrics.
-    pub fn caches(&self) -> &[Cache] {
+    pub(crate) fn caches(&self) -> &[Cache] {
         &self.caches
     }
 
     /// Queues a ban of `id`'s URLs in every cache. Never waits.
-    pub fn queue(&self, id: ObjectId) {
+    pub(crate) fn queue(&self, id: ObjectId) {
         self.queue_with(|pending, queued| pending.add(id, queued));
     }
 
     /// Queues a ban of every track URL (after a rebuild: anything may have changed).
-    pub fn queue_everything(&self) {
+    pub(crate) fn queue_everything(&self) {
         self.queue_with(Pending::replace_with_everything);
     }
 
@@ -373,13 +372,13 @@ impl Banner {
     }
 
     /// The sequence number of the last id queued so far.
-    pub fn queued(&self) -> u64 {
+    pub(crate) fn queued(&self) -> u64 {
         self.queued.load(Ordering::Acquire)
     }
 
     /// Whether every ban queued up to `seq` is safe from this process dying: answered by
     /// its cache, or (for a cache that fails) copied to Redis for the next follower.
-    pub fn settled(&self, seq: u64) -> bool {
+    pub(crate) fn settled(&self, seq: u64) -> bool {
         self.caches.iter().all(|cache| {
             cache.kept_through.load(Ordering::Acquire) >= seq
                 || cache
@@ -390,13 +389,13 @@ impl Banner {
     }
 
     /// For `/readyz`.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::Value::Array(self.caches.iter().map(Cache::to_json).collect())
     }
 
     /// Sends every cache's bans until `stop` completes; then tries once more, for at most
     /// `grace`, and writes what is still owed to Redis for the next follower.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         link: &RedisLink,
         prefix: &str,
@@ -431,7 +430,7 @@ impl Banner {
     /// Queues what a previous follower could not deliver (kept in Redis). Called by a
     /// follower each time it takes the lease: the copy stays in Redis until the cache
     /// took everything, so a follower that dies meanwhile leaves it to the next.
-    pub async fn take_over(&self, link: &RedisLink, prefix: &str) {
+    pub(crate) async fn take_over(&self, link: &RedisLink, prefix: &str) {
         for cache in &self.caches {
             let key = handover_key(prefix, &cache.url);
             let members: Result<Vec<String>, _> = link

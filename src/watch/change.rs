@@ -18,7 +18,7 @@ use mongodb::change_stream::event::{ChangeStreamEvent, OperationType};
 
 /// What to do to the index for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IndexChange {
+pub(crate) enum IndexChange {
     /// Cache this path for this id.
     Path(ObjectId, String),
     /// Remove the id's entry.
@@ -34,10 +34,11 @@ pub enum IndexChange {
 }
 
 /// The operations counted by `musicd_watch_events_total`.
-pub const OPERATIONS: [&str; 6] = ["insert", "update", "replace", "delete", "rebuild", "other"];
+pub(crate) const OPERATIONS: [&str; 6] =
+    ["insert", "update", "replace", "delete", "rebuild", "other"];
 
 /// The index in [`OPERATIONS`] an event's operation is counted under.
-pub fn operation_index(operation: &OperationType) -> u8 {
+pub(crate) fn operation_index(operation: &OperationType) -> u8 {
     match operation {
         OperationType::Insert => 0,
         OperationType::Update => 1,
@@ -52,7 +53,7 @@ pub fn operation_index(operation: &OperationType) -> u8 {
 }
 
 /// The index change `event` calls for, `path_field` being the document's path field.
-pub fn index_change(event: &ChangeStreamEvent<Document>, path_field: &str) -> IndexChange {
+pub(crate) fn index_change(event: &ChangeStreamEvent<Document>, path_field: &str) -> IndexChange {
     let id = || {
         event
             .document_key
@@ -93,7 +94,7 @@ pub fn index_change(event: &ChangeStreamEvent<Document>, path_field: &str) -> In
 /// The server-side stages: only events that can change the index leave MongoDB, and of a
 /// document only its path field (tracks may carry tags and artwork). `_id`,
 /// `operationType` and `ns` stay: the driver needs them to resume.
-pub fn pipeline(path_field: &str) -> Vec<Document> {
+pub(crate) fn pipeline(path_field: &str) -> Vec<Document> {
     let updated = format!("updateDescription.updatedFields.{path_field}");
     let full_path = format!("fullDocument.{path_field}");
     vec![

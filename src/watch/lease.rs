@@ -17,7 +17,7 @@ use crate::redis_link::{LinkError, RedisLink};
 
 /// Why the lease could not be read or written.
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// Redis did not answer.
     #[error(transparent)]
     Link(#[from] LinkError),
@@ -28,30 +28,30 @@ pub enum LeaseError {
 
 /// Where the follower was: what it needs to continue, and what `health` shows.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Position {
+pub(crate) struct Position {
     /// The change stream's resume token.
-    pub token: ResumeToken,
+    pub(crate) token: ResumeToken,
     /// The token is an `invalidate` event's: continue with `startAfter`, not `resumeAfter`.
-    pub after_invalidate: bool,
+    pub(crate) after_invalidate: bool,
     /// Who saved it.
-    pub owner: String,
+    pub(crate) owner: String,
     /// When it was saved (ms since the epoch).
-    pub saved_ms: i64,
+    pub(crate) saved_ms: i64,
     /// Cluster time of the last change applied (ms since the epoch), if any.
-    pub last_event_ms: Option<i64>,
+    pub(crate) last_event_ms: Option<i64>,
 }
 
 /// Who holds the lease now, as Redis says.
 #[derive(Debug, Clone, Serialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     /// The owner id (`host:pid:random`).
-    pub owner: String,
+    pub(crate) owner: String,
     /// Milliseconds left on the lease.
-    pub remaining_ms: i64,
+    pub(crate) remaining_ms: i64,
 }
 
 /// The lease of one index (one key prefix), held or wanted by one owner.
-pub struct Lease<'a> {
+pub(crate) struct Lease<'a> {
     link: &'a RedisLink,
     lease_key: String,
     position_key: String,
@@ -80,7 +80,12 @@ return 0";
 
 impl<'a> Lease<'a> {
     /// The lease for the index under `prefix`, as `owner`.
-    pub fn new(link: &'a RedisLink, prefix: &str, owner: String, ttl: Duration) -> Lease<'a> {
+    pub(crate) fn new(
+        link: &'a RedisLink,
+        prefix: &str,
+        owner: String,
+        ttl: Duration,
+    ) -> Lease<'a> {
         let (lease_key, position_key) = keys(prefix);
         Lease {
             link,
@@ -91,13 +96,8 @@ impl<'a> Lease<'a> {
         }
     }
 
-    /// This follower's owner id.
-    pub fn owner(&self) -> &str {
-        &self.owner
-    }
-
     /// Takes the lease if nobody holds it (or we already do); true when we hold it now.
-    pub async fn acquire(&self) -> Result<bool, LeaseError> {
+    pub(crate) async fn acquire(&self) -> Result<bool, LeaseError> {
         if self.renew().await? {
             return Ok(true);
         }
@@ -119,7 +119,7 @@ impl<'a> Lease<'a> {
     }
 
     /// Extends the lease if we hold it; false when someone else does (or nobody).
-    pub async fn renew(&self) -> Result<bool, LeaseError> {
+    pub(crate) async fn renew(&self) -> Result<bool, LeaseError> {
         let renewed: i64 = self
             .script(
                 RENEW,
@@ -131,7 +131,7 @@ impl<'a> Lease<'a> {
     }
 
     /// Saves the resume point, only while we hold the lease; false when we do not.
-    pub async fn save(&self, position: &Position) -> Result<bool, LeaseError> {
+    pub(crate) async fn save(&self, position: &Position) -> Result<bool, LeaseError> {
         let bytes = mongodb::bson::serialize_to_vec(position)
             .map_err(|e| LeaseError::Position(e.to_string()))?;
         let saved: i64 = self
@@ -141,13 +141,13 @@ impl<'a> Lease<'a> {
     }
 
     /// Gives the lease up (a clean stop), so a standby takes over at once.
-    pub async fn release(&self) -> Result<(), LeaseError> {
+    pub(crate) async fn release(&self) -> Result<(), LeaseError> {
         let _: i64 = self.script(RELEASE, &[&self.lease_key], Vec::new()).await?;
         Ok(())
     }
 
     /// The saved resume point, if any.
-    pub async fn position(&self) -> Result<Option<Position>, LeaseError> {
+    pub(crate) async fn position(&self) -> Result<Option<Position>, LeaseError> {
         read_position(self.link, &self.position_key).await
     }
 
@@ -170,7 +170,7 @@ impl<'a> Lease<'a> {
 
 /// What Redis says about the follower of the index under `prefix`: who holds the lease
 /// and the saved position (for `musicctl health` and `/readyz`).
-pub async fn inspect(
+pub(crate) async fn inspect(
     link: &RedisLink,
     prefix: &str,
 ) -> Result<(Option<Holder>, Option<Position>), LeaseError> {

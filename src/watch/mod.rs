@@ -32,7 +32,7 @@
 //!   front ([`bans`]); the resume point is saved only once those bans are safe.
 
 pub mod bans;
-pub mod change;
+pub(crate) mod change;
 pub mod lease;
 
 use std::collections::VecDeque;
@@ -56,7 +56,7 @@ use lease::{Lease, Position};
 
 /// How often the resume point is saved while changes flow (and whenever the stream is
 /// idle). A successor replays at most this much.
-pub const SAVE_EVERY: Duration = Duration::from_millis(500);
+pub(crate) const SAVE_EVERY: Duration = Duration::from_millis(500);
 
 /// How long a stopping follower still tries to deliver its last bans.
 const BAN_GRACE: Duration = Duration::from_millis(500);
@@ -73,7 +73,7 @@ const HISTORY_LOST: i32 = 286;
 /// What the follower of this process is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum WatchState {
+pub(crate) enum WatchState {
     /// Not following, by configuration or because MongoDB is not a replica set.
     Off = 0,
     /// Waiting for MongoDB or Redis to answer.
@@ -88,7 +88,7 @@ pub enum WatchState {
 
 impl WatchState {
     /// Its name in `/readyz` and `health`.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             WatchState::Off => "off",
             WatchState::Waiting => "waiting",
@@ -135,12 +135,12 @@ impl WatchStatus {
     }
 
     /// The bans of the HTTP caches in front.
-    pub fn bans(&self) -> &Banner {
+    pub(crate) fn bans(&self) -> &Banner {
         &self.bans
     }
 
     /// The current state.
-    pub fn state(&self) -> WatchState {
+    pub(crate) fn state(&self) -> WatchState {
         WatchState::from_u8(self.state.load(Ordering::Relaxed))
     }
 
@@ -157,7 +157,7 @@ impl WatchStatus {
     }
 
     /// Seconds between now and the last applied event's cluster time (0 before any).
-    pub fn lag_seconds(&self) -> f64 {
+    pub(crate) fn lag_seconds(&self) -> f64 {
         match self.last_event_ms.load(Ordering::Relaxed) {
             0 => 0.0,
             ms => (now_ms() - ms).max(0) as f64 / 1000.0,
@@ -165,7 +165,7 @@ impl WatchStatus {
     }
 
     /// For `/readyz`: state, why, events, rebuilds, lag.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let events: serde_json::Map<String, serde_json::Value> = self
             .events()
             .map(|(op, n)| (op.to_string(), json!(n)))
@@ -181,7 +181,7 @@ impl WatchStatus {
     }
 
     /// Events applied so far, by operation (`musicd_watch_events_total`).
-    pub fn events(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+    pub(crate) fn events(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         OPERATIONS
             .iter()
             .zip(&self.events)
@@ -781,7 +781,7 @@ fn owner_id() -> String {
 }
 
 /// Milliseconds since the epoch, as the saved position counts them.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

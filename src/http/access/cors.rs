@@ -14,7 +14,7 @@ const ALLOW_METHODS: &str = "GET, HEAD";
 
 /// Which origins may read track answers.
 #[derive(Debug, Clone, Default)]
-pub struct Cors {
+pub(crate) struct Cors {
     any: bool,
     origins: Vec<String>,
     max_age_secs: u32,
@@ -22,7 +22,7 @@ pub struct Cors {
 
 impl Cors {
     /// `["*"]`: every origin; a list: those; empty: CORS off.
-    pub fn new(allow_origins: &[String], max_age_secs: u32) -> Cors {
+    pub(crate) fn new(allow_origins: &[String], max_age_secs: u32) -> Cors {
         Cors {
             any: allow_origins.iter().any(|o| o == "*"),
             origins: allow_origins
@@ -43,7 +43,7 @@ impl Cors {
     }
 
     /// Adds the CORS headers of a track answer to a request from `origin`.
-    pub fn decorate(&self, origin: Option<&str>, headers: &mut HeaderMap) {
+    pub(crate) fn decorate(&self, origin: Option<&str>, headers: &mut HeaderMap) {
         if !self.on() {
             return;
         }
@@ -71,7 +71,7 @@ impl Cors {
 
     /// The answer to a preflight (`OPTIONS` with `Access-Control-Request-Method`) for a
     /// track: 204, with the CORS grant when the origin is allowed.
-    pub fn preflight(&self, origin: Option<&str>) -> Answer {
+    pub(crate) fn preflight(&self, origin: Option<&str>) -> Answer {
         let mut answer = Answer::new(StatusCode::NO_CONTENT, Default::default(), Payload::Empty);
         answer
             .headers

@@ -3,7 +3,7 @@
 //! CORS for web players on another origin ([`cors`]), and what the query asks for
 //! (`?download`).
 
-pub mod cors;
+pub(crate) mod cors;
 
 use percent_encoding::percent_decode_str;
 
@@ -14,16 +14,15 @@ use crate::signing::{LinkParams, Signing};
 
 /// The access rules of a server.
 #[derive(Debug, Clone, Default)]
-pub struct AccessRules {
+pub(crate) struct AccessRules {
     /// Signed links.
-    pub signing: Signing,
-    /// CORS.
-    pub cors: Cors,
+    pub(crate) signing: Signing,
+    pub(crate) cors: Cors,
 }
 
 impl AccessRules {
     /// The rules a config asks for.
-    pub fn from_config(config: &Config) -> AccessRules {
+    pub(crate) fn from_config(config: &Config) -> AccessRules {
         AccessRules {
             signing: Signing::from_config(&config.signing),
             cors: Cors::new(&config.cors.allow_origins, config.cors.max_age_secs),
@@ -33,15 +32,14 @@ impl AccessRules {
 
 /// What a track request says about access, read from its head.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct AccessRequest {
-    /// `Origin`.
-    pub origin: Option<String>,
+pub(crate) struct AccessRequest {
+    pub(crate) origin: Option<String>,
     /// `Access-Control-Request-Method` (a CORS preflight).
-    pub preflight: bool,
+    pub(crate) preflight: bool,
     /// `expires`, `kid`, `sig` of the query.
-    pub link: LinkParams,
+    pub(crate) link: LinkParams,
     /// `?download` (any value): save the file rather than play it.
-    pub download: bool,
+    pub(crate) download: bool,
 }
 
 impl AccessRequest {
@@ -64,7 +62,7 @@ impl AccessRequest {
     }
 
     /// Reads the query string (without `?`) of a track URL.
-    pub fn read_query(&mut self, query: &str) {
+    pub(crate) fn read_query(&mut self, query: &str) {
         for pair in query.split('&') {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             let value = || Some(percent_decode_str(value).decode_utf8_lossy().into_owned());

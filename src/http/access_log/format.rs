@@ -21,39 +21,39 @@ use crate::catalog::CacheOutcome;
 use crate::http::service::RequestId;
 
 /// What one line says.
-pub struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     /// The client, after trusted proxies.
-    pub client: IpAddr,
+    pub(crate) client: IpAddr,
     /// The method (`-` when the request line could not be read).
-    pub method: &'a str,
+    pub(crate) method: &'a str,
     /// The request target as received.
-    pub target: &'a [u8],
+    pub(crate) target: &'a [u8],
     /// The request's version.
-    pub version: Version,
+    pub(crate) version: Version,
     /// The status sent.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Body bytes sent.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// `Referer`, or empty.
-    pub referer: &'a [u8],
+    pub(crate) referer: &'a [u8],
     /// `User-Agent`, or empty.
-    pub user_agent: &'a [u8],
+    pub(crate) user_agent: &'a [u8],
     /// `Range`, or empty.
-    pub range: &'a [u8],
+    pub(crate) range: &'a [u8],
     /// The request's id.
-    pub request_id: &'a RequestId,
+    pub(crate) request_id: &'a RequestId,
     /// Where the track's path came from.
-    pub cache: CacheOutcome,
+    pub(crate) cache: CacheOutcome,
     /// From the end of the request head to the end of the response.
-    pub latency: Duration,
+    pub(crate) latency: Duration,
     /// From the end of the request head to the response head being written.
-    pub ttfb: Duration,
+    pub(crate) ttfb: Duration,
     /// Whether the whole response left.
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 /// Appends `entry` as a combined-format line.
-pub fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
+pub(crate) fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
     write_ip(out, entry.client);
     out.extend_from_slice(b" - - [");
     with_times(|times| out.extend_from_slice(&times.clf));
@@ -87,7 +87,7 @@ pub fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
 }
 
 /// Appends `entry` as a JSON object on one line.
-pub fn json(out: &mut Vec<u8>, entry: &Entry<'_>) {
+pub(crate) fn json(out: &mut Vec<u8>, entry: &Entry<'_>) {
     out.extend_from_slice(b"{\"time\":\"");
     with_times(|times| out.extend_from_slice(&times.iso));
     out.extend_from_slice(b"\",\"client\":\"");

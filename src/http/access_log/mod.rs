@@ -17,7 +17,7 @@
 //!
 //! [`finish`] is also where every exchange is counted in [`Metrics`], log or no log.
 
-pub mod format;
+pub(crate) mod format;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -39,10 +39,10 @@ use crate::catalog::CacheOutcome;
 use crate::config::{AccessLogConfig, AccessLogFormat};
 
 /// A loop's buffer is written out when it holds this much.
-pub const FLUSH_BYTES: usize = 64 * 1024;
+pub(crate) const FLUSH_BYTES: usize = 64 * 1024;
 
 /// And at least this often.
-pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Writes larger than this to a pipe may be split by the kernel between writers.
 const PIPE_BUF: usize = 4096;
@@ -62,7 +62,7 @@ const QUEUE_BATCHES: usize = 64;
 /// mount) or fails (`/dev/full`, a full disk) then costs lines, counted in `/metrics` as
 /// `musicd_access_log_dropped_lines_total` and said once in the application log, but
 /// never a request: serving comes before logging.
-pub struct AccessLog {
+pub(crate) struct AccessLog {
     format: AccessLogFormat,
     path: Option<PathBuf>,
     sink: Arc<Sink>,
@@ -176,7 +176,7 @@ fn line_count(batch: &[u8]) -> u64 {
 
 impl AccessLog {
     /// The log `config` asks for, opened; `None` when it is off.
-    pub fn open(config: &AccessLogConfig) -> io::Result<Option<Arc<AccessLog>>> {
+    pub(crate) fn open(config: &AccessLogConfig) -> io::Result<Option<Arc<AccessLog>>> {
         if config.format == AccessLogFormat::Off {
             return Ok(None);
         }
@@ -235,7 +235,7 @@ impl AccessLog {
 
     /// Opens the file again (after logrotate moved it). Lines still buffered go to the new
     /// file; none is lost. The writer takes the new file before its next batch.
-    pub fn reopen(&self) -> io::Result<()> {
+    pub(crate) fn reopen(&self) -> io::Result<()> {
         let Some(path) = &self.path else {
             return Ok(());
         };
@@ -245,7 +245,7 @@ impl AccessLog {
     }
 
     /// Lines written to the sink, and lines dropped (the sink failed or did not keep up).
-    pub fn lines(&self) -> (u64, u64) {
+    pub(crate) fn lines(&self) -> (u64, u64) {
         (
             self.sink.written_lines.load(Ordering::Relaxed),
             self.sink.dropped_lines.load(Ordering::Relaxed),
@@ -256,7 +256,7 @@ impl AccessLog {
     /// loses no line. It waits at most `patience`, and gives up sooner when the writer
     /// makes no progress for [`STALLED`]: a stuck sink will not take those lines anyway,
     /// and must not hold the stop up.
-    pub async fn settle(&self, patience: Duration) {
+    pub(crate) async fn settle(&self, patience: Duration) {
         let target = self.sink.queued_batches.load(Ordering::Acquire);
         let deadline = Instant::now() + patience;
         let mut done = self.sink.done_batches.load(Ordering::Acquire);
@@ -317,14 +317,14 @@ fn write_lines(out: &mut impl Write, mut batch: &[u8], regular: bool) -> io::Res
 }
 
 /// One event loop's lines waiting to be written.
-pub struct LogBuffer {
+pub(crate) struct LogBuffer {
     log: Arc<AccessLog>,
     lines: Mutex<Vec<u8>>,
 }
 
 impl LogBuffer {
     /// An empty buffer in front of `log`.
-    pub fn new(log: Arc<AccessLog>) -> LogBuffer {
+    pub(crate) fn new(log: Arc<AccessLog>) -> LogBuffer {
         LogBuffer {
             log,
             lines: Mutex::new(Vec::with_capacity(FLUSH_BYTES + 4096)),
@@ -332,7 +332,7 @@ impl LogBuffer {
     }
 
     /// Adds a line; writes the batch out when it is full.
-    pub fn push(&self, entry: &Entry<'_>) {
+    pub(crate) fn push(&self, entry: &Entry<'_>) {
         let full = {
             let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
             match self.log.format {
@@ -348,13 +348,13 @@ impl LogBuffer {
     }
 
     /// Writes out what is buffered and waits, at most `patience`, until it is written.
-    pub async fn flush_and_settle(&self, patience: Duration) {
+    pub(crate) async fn flush_and_settle(&self, patience: Duration) {
         self.flush();
         self.log.settle(patience).await;
     }
 
     /// Hands what is buffered to the writer.
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let batch = {
             let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
             if lines.is_empty() {
@@ -367,7 +367,7 @@ impl LogBuffer {
 
     /// Flushes every [`FLUSH_INTERVAL`] until dropped elsewhere (the task ends with its
     /// runtime).
-    pub async fn flush_every_interval(self: Arc<Self>) {
+    pub(crate) async fn flush_every_interval(self: Arc<Self>) {
         let mut tick = tokio::time::interval(FLUSH_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -378,21 +378,21 @@ impl LogBuffer {
 }
 
 /// What an exchange did, for the counters and the log line.
-pub struct Finished<'a> {
+pub(crate) struct Finished<'a> {
     /// Which route answered.
-    pub route: Route,
+    pub(crate) route: Route,
     /// The status sent.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Body bytes sent.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Where the id's path came from.
-    pub cache: CacheOutcome,
+    pub(crate) cache: CacheOutcome,
     /// When the exchange began (its head was read).
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// When its response head was written, if it was.
-    pub head_written: Option<Instant>,
+    pub(crate) head_written: Option<Instant>,
     /// The line's other fields, when logging.
-    pub line: Option<Entry<'a>>,
+    pub(crate) line: Option<Entry<'a>>,
 }
 
 /// The line of `exchange`. Its fields are read from the request head itself, after the
@@ -470,7 +470,7 @@ pub(crate) fn entry<'a>(
 }
 
 /// Counts the exchange and writes its access-log line.
-pub fn finish(metrics: &Metrics, log: Option<&LogBuffer>, done: Finished<'_>) {
+pub(crate) fn finish(metrics: &Metrics, log: Option<&LogBuffer>, done: Finished<'_>) {
     metrics.response_finished(done.route, done.status, done.bytes, done.cache);
     let duration = done.started.elapsed();
     let ttfb = done.head_written.map(|at| at.duration_since(done.started));

@@ -46,7 +46,7 @@ use crate::http::service::Identity;
 
 /// What a cache entry holds.
 #[derive(Debug)]
-pub enum Content {
+pub(crate) enum Content {
     /// The whole (small) file.
     Memory(Bytes),
     /// The (large) file, open.
@@ -58,13 +58,13 @@ pub enum Content {
 
 /// One cached file: its content plus what was true of it when opened.
 #[derive(Debug)]
-pub struct CachedFile {
+pub(crate) struct CachedFile {
     /// The bytes or the descriptor.
-    pub content: Content,
+    pub(crate) content: Content,
     /// What it was when read.
-    pub identity: Identity,
+    pub(crate) identity: Identity,
     /// Its validators and header values, formatted once.
-    pub facts: FileFacts,
+    pub(crate) facts: FileFacts,
     last_used: AtomicU64,
     /// When the last `stat` that found the file unchanged began, in ns since the cache's
     /// epoch (0: never).
@@ -75,7 +75,11 @@ pub struct CachedFile {
 
 impl CachedFile {
     /// A cache entry for `content` of a file with this metadata.
-    pub fn new(content: Content, metadata: &std::fs::Metadata, facts: FileFacts) -> CachedFile {
+    pub(crate) fn new(
+        content: Content,
+        metadata: &std::fs::Metadata,
+        facts: FileFacts,
+    ) -> CachedFile {
         CachedFile {
             content,
             identity: Identity::of(metadata),
@@ -101,7 +105,7 @@ impl CachedFile {
 }
 
 /// The cache, keyed by the document's path as written.
-pub struct FileCache {
+pub(crate) struct FileCache {
     files: RwLock<HashMap<Arc<str>, Arc<CachedFile>>>,
     max_file: u64,
     budget: u64,
@@ -126,7 +130,7 @@ impl FileCache {
     /// A cache for files up to `max_file` bytes in memory, `budget` bytes in all (0: no
     /// copies in memory), for at most `max_open` larger files kept open (0: none), and
     /// using at most `watches` inotify watches (0: a `stat` per loop turn for every file).
-    pub fn new(max_file: u64, budget: u64, max_open: usize, watches: usize) -> FileCache {
+    pub(crate) fn new(max_file: u64, budget: u64, max_open: usize, watches: usize) -> FileCache {
         FileCache {
             files: RwLock::new(HashMap::new()),
             max_file: if budget == 0 { 0 } else { max_file },
@@ -150,25 +154,26 @@ impl FileCache {
     }
 
     /// Whether a file of `len` bytes would be kept in memory.
-    pub fn admits(&self, len: u64) -> bool {
+    pub(crate) fn admits(&self, len: u64) -> bool {
         len <= self.max_file
     }
 
     /// Whether files too large for memory are kept open.
-    pub fn keeps_open(&self) -> bool {
+    pub(crate) fn keeps_open(&self) -> bool {
         self.max_open > 0
     }
 
     /// The cached copy of `raw_path`, if it is still exactly the file on disk for a
     /// request read at `read_at` (or later): [`FileCache::get`] then
     /// [`FileCache::is_fresh`].
-    pub fn get_fresh(&self, raw_path: &str, read_at: Instant) -> Option<Arc<CachedFile>> {
+    #[cfg(test)]
+    pub(crate) fn get_fresh(&self, raw_path: &str, read_at: Instant) -> Option<Arc<CachedFile>> {
         let cached = self.get(raw_path)?;
         self.is_fresh(raw_path, &cached, read_at).then_some(cached)
     }
 
     /// The entry for `raw_path`, unchecked.
-    pub fn get(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
+    pub(crate) fn get(&self, raw_path: &str) -> Option<Arc<CachedFile>> {
         if self.max_file == 0 && self.max_open == 0 {
             return None;
         }
@@ -186,7 +191,7 @@ impl FileCache {
     /// already found the file unchanged, or the entry is armed and a drain of the watcher
     /// begun after `read_at` (this one's, if need be) saw no event for it: cheap for local
     /// files, and the price of never serving a stale copy.
-    pub fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
+    pub(crate) fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
         let read_ns = self.since_epoch(read_at);
         let checked = cached.checked.load(Ordering::Acquire);
         let restat_due = read_ns.saturating_sub(checked) >= RESTAT_AFTER.as_nanos() as u64;
@@ -233,7 +238,7 @@ impl FileCache {
     /// and its last check (its `stat`, or for an armed entry the last drain) began before
     /// the request was read, so one of those requests' check (or this one's, made after
     /// theirs are read) serves them all.
-    pub fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
+    pub(crate) fn worth_waiting(&self, cached: &CachedFile, read_at: Instant) -> bool {
         let last = match &self.watcher {
             Some(watcher) if cached.watch.is_armed() => watcher.drained(),
             _ => cached.checked.load(Ordering::Acquire),
@@ -244,7 +249,7 @@ impl FileCache {
 
     /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
     /// if needed.
-    pub fn insert(&self, raw_path: &str, file: CachedFile) -> Arc<CachedFile> {
+    pub(crate) fn insert(&self, raw_path: &str, file: CachedFile) -> Arc<CachedFile> {
         let file = Arc::new(file);
         let len = file.bytes();
         let open = file.is_open();
@@ -290,7 +295,7 @@ impl FileCache {
 
     /// Drops the entry holding `file` open: a transfer found it changed, so the next
     /// request opens the path afresh even if no event has told the watcher yet.
-    pub fn evict_open(&self, file: &File) {
+    pub(crate) fn evict_open(&self, file: &File) {
         let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
         let holding = files
             .iter()
@@ -310,38 +315,29 @@ impl FileCache {
     }
 
     /// Descriptors held open.
-    pub fn open_files(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn open_files(&self) -> usize {
         self.open.load(Ordering::Relaxed)
     }
 
     /// `stat` calls made to prove copies current.
-    pub fn stats(&self) -> u64 {
+    pub(crate) fn stat_calls(&self) -> u64 {
         self.stats.load(Ordering::Relaxed)
     }
 
     /// Drains of the watcher made to prove copies current.
-    pub fn drains(&self) -> u64 {
+    pub(crate) fn drains(&self) -> u64 {
         self.watcher.as_ref().map_or(0, Watcher::drains)
     }
 
     /// inotify watches held.
-    pub fn watches(&self) -> usize {
+    pub(crate) fn watches(&self) -> usize {
         self.watcher.as_ref().map_or(0, Watcher::watches)
     }
 
     /// Bytes held.
-    pub fn used_bytes(&self) -> u64 {
+    pub(crate) fn used_bytes(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
-    }
-
-    /// Files held.
-    pub fn len(&self) -> usize {
-        self.files.read().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    /// Whether no file is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -483,8 +479,8 @@ mod tests {
 
     /// Whether a check for a request read now needed no `stat` (and found it fresh).
     fn vouched_without_stat(cache: &FileCache, path: &std::path::Path) -> bool {
-        let stats = cache.stats();
-        fresh(cache, path).is_some() && cache.stats() == stats
+        let stats = cache.stat_calls();
+        fresh(cache, path).is_some() && cache.stat_calls() == stats
     }
 
     /// Puts `bytes` in place at `path` again, as a new entry, checked once.
@@ -655,10 +651,10 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        let stats = cache.stats();
+        let stats = cache.stat_calls();
         assert!(fresh(&cache, &path).is_some(), "unchanged");
         assert_eq!(
-            cache.stats(),
+            cache.stat_calls(),
             stats + 1,
             "checked with a stat after the overflow"
         );

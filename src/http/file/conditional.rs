@@ -30,7 +30,7 @@ impl Validators {
     }
 
     /// `Last-Modified` header value.
-    pub fn last_modified_header(&self) -> String {
+    pub(crate) fn last_modified_header(&self) -> String {
         httpdate::fmt_http_date(self.last_modified)
     }
 }

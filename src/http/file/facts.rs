@@ -15,34 +15,34 @@ use crate::media::mime::content_type;
 
 /// The validators and header lines of one version of a file.
 #[derive(Debug, Clone)]
-pub struct FileFacts {
+pub(crate) struct FileFacts {
     /// Size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// ETag and Last-Modified.
-    pub validators: Validators,
+    pub(crate) validators: Validators,
     /// MIME type by extension.
-    pub mime: &'static str,
+    pub(crate) mime: &'static str,
     /// `etag`, `last-modified`, `cache-control` lines: what a 304 says.
-    pub validator_lines: Bytes,
+    pub(crate) validator_lines: Bytes,
     /// With `Content-Disposition: inline` (played).
-    pub inline: Lines,
+    pub(crate) inline: Lines,
     /// With `Content-Disposition: attachment` (`?download`: saved).
-    pub attachment: Lines,
+    pub(crate) attachment: Lines,
 }
 
 /// The header lines of answers with a body, for one disposition.
 #[derive(Debug, Clone)]
-pub struct Lines {
+pub(crate) struct Lines {
     /// The validator lines plus `accept-ranges` and `content-disposition`: what every
     /// answer with a body says.
-    pub body: Bytes,
+    pub(crate) body: Bytes,
     /// The body lines plus `content-type`: a whole 200.
-    pub full: Bytes,
+    pub(crate) full: Bytes,
 }
 
 impl FileFacts {
     /// The lines for a request that does (`download`) or does not want to save the file.
-    pub fn lines(&self, download: bool) -> &Lines {
+    pub(crate) fn lines(&self, download: bool) -> &Lines {
         if download {
             &self.attachment
         } else {
@@ -54,7 +54,7 @@ impl FileFacts {
 impl FileFacts {
     /// Facts of the file at `path` with this size and modification time, answered with
     /// this `Cache-Control`.
-    pub fn new(
+    pub(crate) fn new(
         path: &Path,
         size: u64,
         modified: std::time::SystemTime,
@@ -112,7 +112,7 @@ const ATTR_CHAR: &AsciiSet = &NON_ALPHANUMERIC
 
 /// `inline; filename="..."` (or `attachment; ...`) with an RFC 8187 `filename*` for names
 /// that are not plain ASCII.
-pub fn content_disposition(path: &Path, attachment: bool) -> String {
+pub(crate) fn content_disposition(path: &Path, attachment: bool) -> String {
     let kind = if attachment { "attachment" } else { "inline" };
     let name = path
         .file_name()

@@ -16,13 +16,13 @@
 //! version of a file is), [`cache`] (hot files in memory or open), [`watch`] (kernel
 //! notification that they did not change), and the offload headers.
 
-pub mod cache;
+pub(crate) mod cache;
 pub mod conditional;
-pub mod facts;
+pub(crate) mod facts;
 mod offload;
 pub mod range;
-pub mod request;
-pub mod watch;
+pub(crate) mod request;
+pub(crate) mod watch;
 
 use std::fs::File;
 use std::io;
@@ -45,24 +45,24 @@ use crate::http::service::header_lines::put_headers;
 use crate::media::{MediaFile, MediaRoots};
 
 /// Bodies up to this size are read in the same blocking hop that opens the file.
-pub const INLINE_READ_MAX: u64 = 128 * 1024;
+pub(crate) const INLINE_READ_MAX: u64 = 128 * 1024;
 
 /// Settings of the file server, taken from the config once.
-pub struct FileSettings {
+pub(crate) struct FileSettings {
     /// Where the files may be.
-    pub roots: MediaRoots,
+    pub(crate) roots: MediaRoots,
     /// Direct or offloaded.
-    pub mode: ServeMode,
+    pub(crate) mode: ServeMode,
     /// `Cache-Control` value.
-    pub cache_control: HeaderValue,
+    pub(crate) cache_control: HeaderValue,
     /// Ranges beyond which the whole file is sent.
-    pub max_ranges: usize,
+    pub(crate) max_ranges: usize,
     /// nginx internal location for x-accel-redirect.
-    pub accel_location: String,
+    pub(crate) accel_location: String,
     /// Small hot files in memory.
-    pub cache: FileCache,
+    pub(crate) cache: FileCache,
     /// How fast file bodies leave (`rate_bytes_per_sec` after `rate_after_bytes`).
-    pub pacing: Option<Pacing>,
+    pub(crate) pacing: Option<Pacing>,
 }
 
 /// Where the bytes of an answer come from.
@@ -86,7 +86,7 @@ enum Source {
 /// requests before the `stat` is made: one `stat` then serves them all (see
 /// [`cache`]). The yield ends after the loop's next poll of its sockets, so it costs the
 /// request a turn of the loop, not a clock.
-pub async fn from_cache(
+pub(crate) async fn from_cache(
     settings: &FileSettings,
     id: &str,
     raw_path: &str,
@@ -120,7 +120,7 @@ pub async fn from_cache(
 }
 
 /// Opens and evaluates the file for the request, on the blocking pool.
-pub async fn serve(
+pub(crate) async fn open_and_answer(
     settings: Arc<FileSettings>,
     id: String,
     raw_path: String,
@@ -137,7 +137,7 @@ pub async fn serve(
 
 /// The synchronous part: confine, open, stat, decide, and read a small body (keeping it
 /// in the file cache when it fits).
-pub fn prepare(
+pub(crate) fn prepare(
     settings: &FileSettings,
     id: &str,
     raw_path: &str,
@@ -408,7 +408,7 @@ fn multipart(
 }
 
 /// Reads exactly `want` bytes at `offset`, or fails if the file ends first.
-pub fn read_chunk(file: &File, offset: u64, want: usize) -> io::Result<Bytes> {
+pub(crate) fn read_chunk(file: &File, offset: u64, want: usize) -> io::Result<Bytes> {
     let mut buf = vec![0u8; want];
     let mut filled = 0;
     while filled < want {

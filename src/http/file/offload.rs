@@ -19,7 +19,7 @@ const OFFLOAD_KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// The headers of an offload answer for `media`, to play it or to save it (`download`).
-pub fn headers(
+pub(crate) fn headers(
     settings: &FileSettings,
     media: &MediaFile,
     download: bool,

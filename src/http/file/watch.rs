@@ -96,14 +96,14 @@ const TRUSTED_FILESYSTEMS: [u64; 6] = [
 
 /// An armed entry is `stat`ed again once its last `stat` is this old: changes inotify never
 /// reports (shared `mmap`, Linux AIO) are seen within it.
-pub const RESTAT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const RESTAT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Registrations between sweeps of dead entries and unused watches.
 const SWEEP_EVERY: usize = 1024;
 
 /// One cache entry's standing with the watcher.
 #[derive(Debug, Default)]
-pub struct EntryWatch {
+pub(crate) struct EntryWatch {
     /// Moves with every event that names the entry.
     dirty: AtomicU64,
     /// `dirty + 1` as it was when the entry was last armed; 0: never.
@@ -116,7 +116,7 @@ pub struct EntryWatch {
 
 impl EntryWatch {
     /// Whether no event named it since it was last armed.
-    pub fn is_armed(&self) -> bool {
+    pub(crate) fn is_armed(&self) -> bool {
         let armed = self.armed.load(Ordering::Acquire);
         armed != 0 && armed == self.dirty.load(Ordering::Acquire).wrapping_add(1)
     }
@@ -129,7 +129,7 @@ impl EntryWatch {
 
 /// What [`Watcher::arming`] saw before the `stat` that may arm an entry.
 #[derive(Debug, Clone, Copy)]
-pub struct Arming {
+pub(crate) struct Arming {
     dirty: u64,
 }
 
@@ -172,7 +172,7 @@ enum Refusal {
 }
 
 /// The process's inotify descriptor and what depends on each of its watches.
-pub struct Watcher {
+pub(crate) struct Watcher {
     inotify: OwnedFd,
     /// `/proc/self/mountinfo`, which `poll` reports as changed when the mount table changes.
     mounts: File,
@@ -187,7 +187,7 @@ pub struct Watcher {
 impl Watcher {
     /// A watcher holding at most `limit` watches; `None` when the kernel offers no inotify
     /// or no mount-table notification (then every entry stays on `stat`).
-    pub fn new(limit: usize) -> Option<Watcher> {
+    pub(crate) fn new(limit: usize) -> Option<Watcher> {
         if limit == 0 {
             return None;
         }
@@ -221,12 +221,12 @@ impl Watcher {
     }
 
     /// When the last complete drain began (ns since the cache's epoch; 0: never).
-    pub fn drained(&self) -> u64 {
+    pub(crate) fn drained(&self) -> u64 {
         self.drained.load(Ordering::Acquire)
     }
 
     /// Watches held.
-    pub fn watches(&self) -> usize {
+    pub(crate) fn watches(&self) -> usize {
         self.watches.load(Ordering::Relaxed)
     }
 
@@ -235,13 +235,18 @@ impl Watcher {
     }
 
     /// Drains made.
-    pub fn drains(&self) -> u64 {
+    pub(crate) fn drains(&self) -> u64 {
         self.drains.load(Ordering::Relaxed)
     }
 
     /// Whether `entry` is current for a request read at `read_ns`: armed, and no event
     /// for it queued before a drain begun after `read_ns`. Drains if none has begun since.
-    pub fn vouches(&self, entry: &EntryWatch, read_ns: u64, now_ns: impl Fn() -> u64) -> bool {
+    pub(crate) fn vouches(
+        &self,
+        entry: &EntryWatch,
+        read_ns: u64,
+        now_ns: impl Fn() -> u64,
+    ) -> bool {
         if !entry.is_armed() {
             return false;
         }
@@ -254,7 +259,7 @@ impl Watcher {
 
     /// Reads every queued event and disarms what they name, unless a drain begun after
     /// `read_ns` already did; publishes when it began.
-    pub fn drain(&self, read_ns: u64, now_ns: impl Fn() -> u64) {
+    pub(crate) fn drain(&self, read_ns: u64, now_ns: impl Fn() -> u64) {
         let mut tables = self.lock();
         if self.drained() <= read_ns {
             self.drain_locked(&mut tables, now_ns());
@@ -350,7 +355,7 @@ impl Watcher {
 
     /// Before the `stat` that may arm `entry` (cached for `raw_path`): puts its watches
     /// in place if they are not, and notes its state. `None`: it stays on `stat`.
-    pub fn arming(
+    pub(crate) fn arming(
         &self,
         raw_path: &str,
         entry: &Arc<EntryWatch>,
@@ -402,7 +407,7 @@ impl Watcher {
     }
 
     /// After a `stat` begun after [`Watcher::arming`] found the file unchanged.
-    pub fn arm(&self, entry: &EntryWatch, arming: Arming) {
+    pub(crate) fn arm(&self, entry: &EntryWatch, arming: Arming) {
         entry
             .armed
             .store(arming.dirty.wrapping_add(1), Ordering::Release);

@@ -13,10 +13,10 @@ use super::framing::{self, ResponseHead};
 use crate::http::service::{Answer, Payload, RequestId};
 
 /// Seconds an over-capacity client is told to wait.
-pub const BUSY_RETRY_AFTER_SECS: u32 = 1;
+pub(crate) const BUSY_RETRY_AFTER_SECS: u32 = 1;
 
 /// The bytes of the over-capacity answer.
-pub fn busy_response() -> BytesMut {
+pub(crate) fn busy_response() -> BytesMut {
     let mut answer = Answer::json_error(StatusCode::SERVICE_UNAVAILABLE, "too many connections");
     answer.headers.insert(
         header::RETRY_AFTER,
@@ -51,7 +51,7 @@ pub fn busy_response() -> BytesMut {
 /// Answers a connection over the cap with 503 and closes it: the answer is written at
 /// once, then the request (whatever the client sent) is drained briefly, so the close
 /// does not reset the answer away.
-pub async fn refuse_over_cap(mut stream: TcpStream) {
+pub(crate) async fn refuse_over_cap(mut stream: TcpStream) {
     let answer = busy_response();
     let written = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
     if !matches!(written, Ok(Ok(()))) {

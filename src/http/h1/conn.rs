@@ -46,7 +46,7 @@ use crate::http::service::{Answer, Exchange, Pacing, Received, RequestId, Servic
 
 /// How long, once stopping, a connection accepted just before may take to send its first
 /// request. Closing it at once would reset a client whose connect raced the stop.
-pub const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes reserved for reading a request head.
 const READ_CHUNK: usize = 1024;

@@ -19,7 +19,7 @@ use crate::http::service::header_lines::put_header;
 
 /// How the body after a response head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// `Content-Length`.
     Length(u64),
     /// `Transfer-Encoding: chunked`.
@@ -32,17 +32,17 @@ pub enum Framing {
 
 /// How one response goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// What the head says about the body.
-    pub framing: Framing,
+    pub(crate) framing: Framing,
     /// Whether body bytes follow the head (not for HEAD, whatever the framing says).
-    pub send_body: bool,
+    pub(crate) send_body: bool,
     /// Whether the connection stays open after the response.
-    pub keep_alive: bool,
+    pub(crate) keep_alive: bool,
 }
 
 /// Whether a response with this status may carry a body at all.
-pub fn status_has_body(status: StatusCode) -> bool {
+pub(crate) fn status_has_body(status: StatusCode) -> bool {
     !status.is_informational()
         && status != StatusCode::NO_CONTENT
         && status != StatusCode::NOT_MODIFIED
@@ -50,7 +50,7 @@ pub fn status_has_body(status: StatusCode) -> bool {
 
 /// The framing of a response with `status` to a request (`head`: HEAD) of `version`,
 /// whose body is `len` bytes when known.
-pub fn decide(
+pub(crate) fn decide(
     status: StatusCode,
     head: bool,
     len: Option<u64>,
@@ -75,23 +75,22 @@ pub fn decide(
 }
 
 /// What a response head says.
-pub struct ResponseHead<'a> {
-    /// The status.
-    pub status: StatusCode,
+pub(crate) struct ResponseHead<'a> {
+    pub(crate) status: StatusCode,
     /// Preformatted header lines (`name: value\r\n`), written first; never framing.
-    pub lines: &'a [u8],
+    pub(crate) lines: &'a [u8],
     /// Further headers (framing ones among them are dropped).
-    pub headers: &'a HeaderMap,
+    pub(crate) headers: &'a HeaderMap,
     /// The body's framing and the connection's fate.
-    pub decision: Decision,
+    pub(crate) decision: Decision,
     /// The request's version (HTTP/1.0 needs an explicit keep-alive).
-    pub version: Version,
+    pub(crate) version: Version,
     /// The `x-request-id` value.
-    pub request_id: &'a RequestId,
+    pub(crate) request_id: &'a RequestId,
 }
 
 /// Writes a response head into `out`.
-pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
+pub(crate) fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
     let ResponseHead {
         status,
         lines,
@@ -143,7 +142,7 @@ pub fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
 }
 
 /// The interim answer to `Expect: 100-continue`.
-pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 fn has_framing_line(lines: &[u8]) -> bool {
     lines.split(|b| *b == b'\n').any(|line| {

@@ -29,7 +29,7 @@ use axum::http::{Method, StatusCode, Version};
 use crate::http::service::Request;
 
 /// Most header lines a request may have.
-pub const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// Largest request body read (and discarded): GET and HEAD carry none in practice.
 pub const MAX_DISCARDED_BODY: u64 = 64 * 1024;
@@ -83,7 +83,7 @@ pub enum HeadError {
 
 impl HeadError {
     /// The status this refusal is answered with.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             HeadError::Malformed | HeadError::Target | HeadError::Host | HeadError::BodyFraming => {
                 StatusCode::BAD_REQUEST
@@ -113,18 +113,17 @@ pub enum BodyFraming {
 /// One parsed request head: what h1 acts on, and where the rest is in the head's bytes.
 #[derive(Debug)]
 pub struct RequestHead {
-    /// The method.
-    pub method: Method,
+    pub(crate) method: Method,
     /// HTTP/1.0 or HTTP/1.1.
-    pub version: Version,
+    pub(crate) version: Version,
     /// Whether the client keeps the connection open after this exchange.
-    pub keep_alive: bool,
+    pub(crate) keep_alive: bool,
     /// How the body that follows the head is delimited (it is read and discarded).
     pub body: BodyFraming,
     /// The client waits for `100 Continue` before it sends the body.
-    pub expect_continue: bool,
+    pub(crate) expect_continue: bool,
     /// `X-Request-Id` from a proxy, when short and plain.
-    pub request_id: Option<String>,
+    pub(crate) request_id: Option<String>,
     /// The request target as received.
     target: Span,
     /// Its origin form: all or part of `target`; `None` when that is `/` without being

@@ -25,25 +25,25 @@ pub(crate) mod zerocopy;
 
 use std::time::Duration;
 
-pub use head::HeadLimits;
+pub(crate) use head::HeadLimits;
 
 /// How one connection is handled: the clocks, the head limits, and how files leave.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
     /// How long a client may take to send its request head.
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// How long a client may take to send a request body, from the end of its head.
-    pub body_read_timeout: Duration,
+    pub(crate) body_read_timeout: Duration,
     /// Idle keep-alive connections are closed after this.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// A response whose client stops reading for this long is dropped.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Size limits of a request head.
-    pub head_limits: HeadLimits,
+    pub(crate) head_limits: HeadLimits,
     /// Connections start with a PROXY protocol header.
-    pub proxy_protocol: bool,
+    pub(crate) proxy_protocol: bool,
     /// File bodies leave with `sendfile(2)`; otherwise they are copied through a buffer.
-    pub zero_copy: bool,
+    pub(crate) zero_copy: bool,
 }
 
 impl Settings {

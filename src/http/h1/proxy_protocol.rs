@@ -9,14 +9,14 @@ use std::net::IpAddr;
 use ppp::{HeaderResult, PartialResult};
 
 /// Longest header accepted (v2 carries TLVs).
-pub const MAX_HEADER: usize = 4096;
+pub(crate) const MAX_HEADER: usize = 4096;
 
 /// Longest v1 (text) header, CRLF included.
 const MAX_V1: usize = 107;
 
 /// What the start of a connection holds.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Proxied {
+pub(crate) enum Proxied {
     /// A header of `len` bytes; `source` is the client (`None` for a balancer's own
     /// health check, `LOCAL`/`UNKNOWN`: the peer is the client then).
     Header {
@@ -32,7 +32,7 @@ pub enum Proxied {
 }
 
 /// Reads a PROXY header at the start of `buf`.
-pub fn parse(buf: &[u8]) -> Proxied {
+pub(crate) fn parse(buf: &[u8]) -> Proxied {
     let result = HeaderResult::parse(buf);
     if result.is_incomplete() {
         // A text header ends at its CRLF: one that is still "incomplete" there (missing

@@ -12,14 +12,14 @@ use bytes::{Buf, BytesMut};
 use super::head::{BodyFraming, HeadError, MAX_DISCARDED_BODY};
 
 /// Longest chunk-size line (with extensions) accepted.
-pub const MAX_CHUNK_LINE: usize = 1024;
+pub(crate) const MAX_CHUNK_LINE: usize = 1024;
 
 /// Most bytes of trailer fields accepted after the last chunk.
-pub const MAX_TRAILERS: usize = 8 * 1024;
+pub(crate) const MAX_TRAILERS: usize = 8 * 1024;
 
 /// Reads one request body out of the connection's input.
 #[derive(Debug)]
-pub enum BodyReader {
+pub(crate) enum BodyReader {
     /// This many bytes are still to come.
     Length(u64),
     /// A chunked body, part-way.
@@ -28,7 +28,7 @@ pub enum BodyReader {
 
 /// Where a chunked body is.
 #[derive(Debug, Default)]
-pub struct Chunked {
+pub(crate) struct Chunked {
     state: ChunkState,
     data: u64,
     trailers: usize,
@@ -49,7 +49,7 @@ enum ChunkState {
 
 impl BodyReader {
     /// The reader for a body framed this way; `None` when there is no body.
-    pub fn new(framing: BodyFraming) -> Option<BodyReader> {
+    pub(crate) fn new(framing: BodyFraming) -> Option<BodyReader> {
         match framing {
             BodyFraming::None => None,
             BodyFraming::Length(length) => Some(BodyReader::Length(length)),
@@ -59,7 +59,7 @@ impl BodyReader {
 
     /// Consumes what `input` holds of the body. `Ok(true)`: the body ended (what follows in
     /// `input` is the next request); `Ok(false)`: more is needed.
-    pub fn consume(&mut self, input: &mut BytesMut) -> Result<bool, HeadError> {
+    pub(crate) fn consume(&mut self, input: &mut BytesMut) -> Result<bool, HeadError> {
         match self {
             BodyReader::Length(remaining) => {
                 let here = (*remaining).min(input.len() as u64) as usize;

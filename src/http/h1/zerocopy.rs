@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Sends `data` on socket `socket`; with `more`, tells the kernel more follows
 /// (`MSG_MORE`): it holds a partial packet back until the next send without the flag.
-pub fn send(socket: BorrowedFd<'_>, data: &[u8], more: bool) -> io::Result<usize> {
+pub(crate) fn send(socket: BorrowedFd<'_>, data: &[u8], more: bool) -> io::Result<usize> {
     let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     // SAFETY: `data` is a valid, initialised slice for the duration of the call; the kernel
     // only reads `data.len()` bytes from it. An invalid descriptor is reported as EBADF.
@@ -27,7 +27,7 @@ pub fn send(socket: BorrowedFd<'_>, data: &[u8], more: bool) -> io::Result<usize
 /// Sends up to `len` bytes of `file` starting at `offset` on socket `socket`, without
 /// copying them through user space. Returns how many were sent; `Ok(0)` for a non-empty
 /// request means the file ended before `offset + len` (it shrank).
-pub fn send_file(
+pub(crate) fn send_file(
     socket: BorrowedFd<'_>,
     file: &File,
     offset: u64,

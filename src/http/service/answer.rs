@@ -35,16 +35,11 @@ pub enum Segment {
 
 impl Segment {
     /// How many bytes this segment contributes.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Segment::Bytes(b) => b.len() as u64,
             Segment::File { len, .. } => *len,
         }
-    }
-
-    /// Whether the segment contributes nothing.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -70,7 +65,7 @@ pub enum Payload {
 
 impl Payload {
     /// The body's length when known before sending.
-    pub fn exact_len(&self) -> Option<u64> {
+    pub(crate) fn exact_len(&self) -> Option<u64> {
         match self {
             Payload::Empty => Some(0),
             Payload::Bytes(bytes) => Some(bytes.len() as u64),
@@ -145,12 +140,12 @@ impl Answer {
     }
 
     /// `{"error": message}` with this status.
-    pub fn json_error(status: StatusCode, message: &str) -> Answer {
+    pub(crate) fn json_error(status: StatusCode, message: &str) -> Answer {
         Answer::json(status, &serde_json::json!({ "error": message }))
     }
 
     /// A JSON body with this status.
-    pub fn json(status: StatusCode, body: &serde_json::Value) -> Answer {
+    pub(crate) fn json(status: StatusCode, body: &serde_json::Value) -> Answer {
         let text = Bytes::from(body.to_string());
         let mut answer = Answer::new(status, Bytes::new(), Payload::Bytes(text));
         answer.headers.insert(
@@ -161,7 +156,7 @@ impl Answer {
     }
 
     /// An answer made from an axum response (the ops endpoints, the router's 404/405).
-    pub fn from_response(response: Response) -> Answer {
+    pub(crate) fn from_response(response: Response) -> Answer {
         let (mut parts, body) = response.into_parts();
         let declared_len = parts
             .headers

@@ -7,7 +7,7 @@ use axum::http::HeaderMap;
 use bytes::{BufMut, BytesMut};
 
 /// Appends one header line, `name: value\r\n`.
-pub fn put_header(out: &mut BytesMut, name: &str, value: &[u8]) {
+pub(crate) fn put_header(out: &mut BytesMut, name: &str, value: &[u8]) {
     out.put_slice(name.as_bytes());
     out.put_slice(b": ");
     out.put_slice(value);
@@ -15,7 +15,7 @@ pub fn put_header(out: &mut BytesMut, name: &str, value: &[u8]) {
 }
 
 /// Appends every header of `headers` as a line.
-pub fn put_headers(out: &mut BytesMut, headers: &HeaderMap) {
+pub(crate) fn put_headers(out: &mut BytesMut, headers: &HeaderMap) {
     for (name, value) in headers {
         put_header(out, name.as_str(), value.as_bytes());
     }

@@ -28,7 +28,7 @@ impl Identity {
     }
 
     /// Whether `file` is no longer this version (or cannot be checked).
-    pub fn changed(&self, file: &std::fs::File) -> bool {
+    pub(crate) fn changed(&self, file: &std::fs::File) -> bool {
         file.metadata()
             .map_or(true, |now| Identity::of(&now) != *self)
     }

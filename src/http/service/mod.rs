@@ -27,7 +27,7 @@ use axum::http::{Method, StatusCode, Version};
 
 pub use answer::{Answer, Pacing, Payload, Segment};
 pub use identity::Identity;
-pub use request_id::RequestId;
+pub(crate) use request_id::RequestId;
 
 /// The application as h1 sees it. h1 is generic over it, so each call is monomorphised:
 /// no boxing, no dynamic dispatch on the request path.
@@ -52,28 +52,27 @@ pub trait Service: Send + Sync + 'static {
 /// of the head itself.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {
-    /// The method.
-    pub method: &'a Method,
+    pub(crate) method: &'a Method,
     /// HTTP/1.0 or HTTP/1.1.
-    pub version: Version,
+    pub(crate) version: Version,
     /// The request target as received (what an access log shows).
     pub target: &'a str,
     /// The target's path in origin form: the path of an absolute-form target, `*` for
     /// `OPTIONS *`.
     pub path: &'a str,
     /// The query, without `?`.
-    pub query: Option<&'a str>,
+    pub(crate) query: Option<&'a str>,
     /// The peer, or the client a PROXY protocol header named.
-    pub peer: IpAddr,
+    pub(crate) peer: IpAddr,
     /// When the head (and body) had been read in full.
-    pub read_at: Instant,
+    pub(crate) read_at: Instant,
     head: &'a [u8],
 }
 
 impl<'a> Request<'a> {
     /// A request over `head`, the bytes of a head h1 has parsed and validated.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         method: &'a Method,
         version: Version,
         target: &'a str,
@@ -119,21 +118,22 @@ impl<'a> Request<'a> {
     }
 
     /// The first value of header `name` (ASCII case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+    #[cfg(test)]
+    pub(crate) fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.headers()
             .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
             .map(|(_, value)| value)
     }
 
     /// Whether this is a HEAD request.
-    pub fn is_head(&self) -> bool {
+    pub(crate) fn is_head(&self) -> bool {
         *self.method == Method::HEAD
     }
 }
 
 /// What was received, as far as the exchange's record is concerned.
 #[derive(Debug, Clone, Copy)]
-pub enum Received<'a> {
+pub(crate) enum Received<'a> {
     /// A request that was read and answered.
     Request(&'a Request<'a>),
     /// Input that was refused before a request could be read; `head`: it looked like a
@@ -150,19 +150,19 @@ pub enum Received<'a> {
 #[derive(Debug)]
 pub struct Exchange<'a> {
     /// What was received.
-    pub received: Received<'a>,
+    pub(crate) received: Received<'a>,
     /// The request's id, as sent in `X-Request-Id`.
-    pub request_id: &'a RequestId,
+    pub(crate) request_id: &'a RequestId,
     /// The status sent.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// Body bytes sent.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Whether the whole response left.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// When the exchange began (its head had been read).
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// When its response head was written, if it was.
-    pub head_written: Option<Instant>,
+    pub(crate) head_written: Option<Instant>,
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use bytes::{BufMut, BytesMut};
 
 /// A request's id: the proxy's, or ours (formatted only when written).
 #[derive(Debug)]
-pub enum RequestId {
+pub(crate) enum RequestId {
     /// Sent by a proxy (already checked to be short and plain).
     Given(String),
     /// Ours: a per-process random prefix and a counter.
@@ -27,7 +27,7 @@ thread_local! {
 
 impl RequestId {
     /// The proxy's id when it sent one, else a fresh one of ours.
-    pub fn given_or_next(given: Option<String>) -> RequestId {
+    pub(crate) fn given_or_next(given: Option<String>) -> RequestId {
         match given {
             Some(given) => RequestId::Given(given),
             None => RequestId::next(),
@@ -35,7 +35,7 @@ impl RequestId {
     }
 
     /// A fresh id of ours.
-    pub fn next() -> RequestId {
+    pub(crate) fn next() -> RequestId {
         let n = NEXT_REQUEST.with(|slot| {
             let (mut next, mut end) = slot.get();
             if next == end {
@@ -49,7 +49,7 @@ impl RequestId {
     }
 
     /// Appends the id to `out` (what `Display` prints, without the formatting machinery).
-    pub fn write_to(&self, out: &mut BytesMut) {
+    pub(crate) fn write_to(&self, out: &mut BytesMut) {
         match self {
             RequestId::Given(id) => out.put_slice(id.as_bytes()),
             RequestId::Generated(n) => {
