@@ -1,35 +1,45 @@
 //! musicd: serve a music catalogue over HTTP, by track id.
 //!
-//! A request's path through the crate:
+//! A request's path through the crate, and who owns each step:
 //!
-//! 1. [`http::server`] accepts the connection; [`http::h1`] reads the request head and
-//!    any body (RFC 9112: framing, Host, Expect, clocks) and frames every answer.
-//! 2. [`http::routes`] names the route: the track route `{prefix}/{id}[/{name}]` goes to
-//!    [`http::track`], the ops endpoints (`/healthz`, `/readyz`, `/metrics`) to the axum
-//!    [`http::router`].
-//! 3. [`catalog::Resolver`] turns the ObjectId into a path: the in-process 1 s cache,
-//!    Redis ([`catalog::cache`]), MongoDB on a miss ([`catalog::mongo`]), with the answer
-//!    written back under a lease the follower can revoke, and concurrent misses coalesced.
-//!    [`redis_link`] keeps Redis optional; [`catalog::evictions`] empties the in-process
-//!    cache of what the follower changed.
-//! 4. [`media`] confines the path to the media roots and opens the file.
-//! 5. [`http::file`] answers with the file's bytes: conditional requests, ranges, HEAD,
-//!    offload headers for nginx; hot files from its cache.
-//! 6. `http::access_log` counts the exchange in [`http::metrics`] and logs it.
+//! 1. [`server::Server`] is the front door: built from a [`config::Config`], it runs one
+//!    event loop per core. `http::accept` accepts connections up to the cap (beyond, the
+//!    503 of `http::h1::busy`) and spreads them over the loops.
+//! 2. `http::h1` speaks HTTP/1.1 on each connection (RFC 9112: heads, framing, Host,
+//!    Expect, clocks, staged close) and knows no route: it hands each request to the
+//!    application through the one trait of [`http::service`], and sends the answer it gets
+//!    back (`writev`, `sendfile`, pacing).
+//! 3. `http::endpoint` is that application: `http::dispatch` picks the handler (the track
+//!    route, `/healthz`, the axum router for the other ops endpoints) and applies the rules
+//!    every route shares: 405/501, CORS (`http::access::cors`), listener roles. Then the
+//!    endpoint counts the exchange in [`http::metrics`] and builds its access-log line
+//!    (`http::access_log`).
+//! 4. `http::track` answers the track route: it checks a signed link ([`signing`], before
+//!    any lookup), then [`catalog::Resolver`] turns the ObjectId into a path: the in-process
+//!    cache, Redis (`catalog::cache`), MongoDB on a miss (`catalog::mongo`), written back
+//!    under a lease the follower can revoke, concurrent misses coalesced. [`redis_link`]
+//!    keeps Redis optional; `catalog::evictions` empties the in-process cache of what the
+//!    follower changed.
+//! 5. [`media`] confines the path to the media roots and opens the file.
+//! 6. [`http::file`] answers with the file's bytes: conditional requests
+//!    (`http::file::conditional`), ranges ([`http::file::range`]), HEAD, offload headers for
+//!    nginx; hot files from its cache.
 //!
 //! Beside the requests, [`watch`] keeps the Redis index current from MongoDB's change
 //! stream (one follower per index, under a lease in Redis), tells every musicd, and bans
-//! what changed in the HTTP caches in front ([`watch::bans`]). Signed links are checked in
-//! [`http::track`] with [`signing`], also for varnish's authorization probe.
+//! what changed in the HTTP caches in front (`watch::bans`).
 //!
-//! [`blocking_http`] is the one small client for asking an HTTP server without a runtime
-//! (`musicd status`, `musicctl health`, bans and `compare`).
-//!
-//! [`config`] is read once by either binary ([`cli`] holds the command-line parts they
-//! share); [`admin`] holds what `musicctl` does, and [`daemon`] runs the server
-//! (foreground, per-core event loops, or supervised).
+//! [`admin`] holds what `musicctl` does, one file per command, each returning a report the
+//! binary prints: `admin::purge` purges Redis, every musicd's in-process cache and (through
+//! `admin::ban`) varnish; `admin::sign` makes the links [`signing`] checks.
+//! [`blocking_http`] is the one small client for asking an HTTP server without a runtime.
+//! [`daemon`] runs the server (foreground, or supervised forever-style) and [`cli`] holds
+//! what both binaries share on the command line.
 
 #![deny(missing_docs)]
+// Most of the crate is `pub(crate)`: its docs are read with `--document-private-items`,
+// where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod admin;
 pub mod blocking_http;

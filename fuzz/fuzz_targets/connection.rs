@@ -102,6 +102,22 @@ fn start_stub() -> SocketAddr {
     };
     let config = musicd::config::Config::defaults_with_roots(vec![std::env::temp_dir()])
         .expect("config");
+    on_loopback(move |listener| async move {
+        let (settings, admission) = (
+            Settings::from_config(&config),
+            Admission::from_config(&config),
+        );
+        accept_loop(listener, stub, settings, admission, std::future::pending()).await;
+    })
+}
+
+/// Runs `serve` on a listener bound to a free loopback port, on a thread of its own; the
+/// port.
+fn on_loopback<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -113,17 +129,10 @@ fn start_stub() -> SocketAddr {
                 .await
                 .expect("bind");
             tx.send(listener.local_addr().expect("addr")).expect("send addr");
-            accept_loop(
-                listener,
-                stub,
-                Settings::from_config(&config),
-                Admission::from_config(&config),
-                std::future::pending(),
-            )
-            .await;
+            serve(listener).await;
         });
     });
-    rx.recv().expect("stub address")
+    rx.recv().expect("server address")
 }
 
 fn start_server() -> SocketAddr {
@@ -135,26 +144,14 @@ fn start_server() -> SocketAddr {
     config.redis.timeout = Duration::from_millis(20);
     config.mongodb.uri = "mongodb://127.0.0.1:1/".into();
     config.mongodb.timeout = Duration::from_millis(20);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        runtime.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().expect("addr")).expect("send addr");
-            let server = musicd::server::Server::build(&config).await.expect("server");
-            let listeners = musicd::server::Listeners {
-                http: listener,
-                ops: None,
-            };
-            let _ = server.serve(listeners, std::future::pending()).await;
-        });
-    });
-    rx.recv().expect("server address")
+    on_loopback(move |listener| async move {
+        let server = musicd::server::Server::build(&config).await.expect("server");
+        let listeners = musicd::server::Listeners {
+            http: listener,
+            ops: None,
+        };
+        let _ = server.serve(listeners, std::future::pending()).await;
+    })
 }
 
 fn exchange(addr: SocketAddr, input: &[u8]) -> Vec<u8> {

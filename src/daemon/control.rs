@@ -272,7 +272,7 @@ impl Status {
         if self.running.is_some() { 0 } else { 3 }
     }
 
-    /// The report as JSON, with stable field names (documented in the README):
+    /// The report as JSON, with stable field names (documented in docs/running.md):
     /// `running`, `supervisor_pid`, `phase`, `listen`, `uptime_secs`, `worker` (`pid`,
     /// `uptime_secs`), `restarts`, `replacements`, `last_exit`, `last_reload`,
     /// `gave_up_reason`, and `readiness` (`http_status` and `/readyz`'s own fields, or

@@ -1,13 +1,16 @@
-//! The HTTP server: state, the accept loop, and the handlers.
+//! The HTTP server: the wire below the service seam, the application above it.
 //!
-//! A request's way through this module:
-//! * [`server::serve`] accepts the connection (one event loop per core in `musicd run`);
-//! * [`h1`] speaks HTTP/1.1 on it: head, body, framing, clocks, staged close;
-//! * [`routes`] names every route; the track route goes to [`track`] (id to file answer,
-//!   [`file`](mod@file) for the HTTP file semantics), the ops endpoints to the axum [`router`]
-//!   ([`ops`]);
-//! * every handler returns an `answer::Answer`; `error` maps failures to their status;
-//! * `access_log` counts the exchange in [`metrics`] and logs it.
+//! Below the seam, knowing no route ([`service`] is the seam, a leaf):
+//! * [`accept`] accepts connections (one accept loop per event loop), up to the cap;
+//! * [`h1`] speaks HTTP/1.1 on them: head, body, framing, clocks, staged close, senders.
+//!
+//! Above it, the application h1 calls:
+//! * [`endpoint`] is the [`service::Service`]: it dispatches, then counts the exchange in
+//!   [`metrics`] and logs it ([`access_log`]);
+//! * [`dispatch`] picks the handler ([`routes`] names every route): the track route goes to
+//!   [`track`] (id to file answer, [`file`](mod@file) for the HTTP file semantics), the ops
+//!   endpoints to the axum router of [`app`] ([`ops`]);
+//! * every handler returns a [`service::Answer`]; [`error`] maps failures to their status.
 
 pub mod accept;
 pub(crate) mod access;

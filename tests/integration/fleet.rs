@@ -1,4 +1,4 @@
-//! Partitions under load, on the stack the README tells operators to run: varnish → nginx
+//! Partitions under load, on the stack the docs tell operators to run: varnish → nginx
 //! → three musicd → a Redis Cluster (three masters, three replicas) and a three-member
 //! MongoDB replica set, each process in its own network namespace
 //! ([`crate::harness::fleet`]).

@@ -1,4 +1,4 @@
-//! A history check over the whole stack the README tells operators to run: varnish ->
+//! A history check over the whole stack the docs tell operators to run: varnish ->
 //! nginx -> two `musicd run` -> Redis and a MongoDB replica set. Players fetch through
 //! varnish and straight from each musicd while 1,000 changes are made (moves, deletes,
 //! inserts after a 404, paths broken and fixed). Every answer and every change is

@@ -1,4 +1,4 @@
-//! The README's "HTTP contract", row by row, over real TCP against real Redis and
+//! The HTTP contract (docs/http.md), row by row, over real TCP against real Redis and
 //! MongoDB.
 
 use std::time::{Duration, SystemTime};

@@ -500,7 +500,7 @@ async fn health_asks_the_ops_address_of_musicd_run_when_there_is_one() {
 }
 
 /// `musicd status --json`: the supervisor, its worker, restarts and readiness, with the
-/// field names the README documents; exit 3 once stopped.
+/// field names docs/running.md documents; exit 3 once stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_json_reports_the_supervisor_worker_and_readiness() {
     let env = TestEnv::shared_with(&[]).await;

@@ -1,96 +1,11 @@
 //! HTTP/1.1 as musicd speaks it on the wire, over raw TCP: pipelining, HTTP/1.0, request
 //! bodies, and large files sent from the open-file cache with sendfile or copied.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::io::Write;
 
+use crate::harness::raw::{connect, read_responses, read_to_close};
 use crate::harness::{TestEnv, fetch_with, http_get, pattern};
 use reqwest::StatusCode;
-
-/// One parsed response off a raw connection.
-#[derive(Debug)]
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Reads `count` responses (Content-Length framed; none for HEAD when `head`) from `stream`.
-fn read_responses(stream: &mut TcpStream, count: usize, head: &[bool]) -> Vec<Raw> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut buffer = Vec::new();
-    let mut responses = Vec::new();
-    let mut chunk = [0u8; 65536];
-    while responses.len() < count {
-        let parsed = (|| {
-            let end = buffer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-            let text = String::from_utf8_lossy(&buffer[..end]).to_string();
-            let mut lines = text.split("\r\n");
-            let status: u16 = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(": "))
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .collect();
-            let length: usize =
-                if head.get(responses.len()).copied().unwrap_or(false) || status == 304 {
-                    0
-                } else {
-                    headers
-                        .iter()
-                        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))?
-                        .1
-                        .parse()
-                        .ok()?
-                };
-            (buffer.len() >= end + length).then(|| {
-                let body = buffer[end..end + length].to_vec();
-                (
-                    end + length,
-                    Raw {
-                        status,
-                        headers,
-                        body,
-                    },
-                )
-            })
-        })();
-        if let Some((used, response)) = parsed {
-            buffer.drain(..used);
-            responses.push(response);
-            continue;
-        }
-        let n = stream.read(&mut chunk).expect("read");
-        assert!(n > 0, "closed after {} responses", responses.len());
-        buffer.extend_from_slice(&chunk[..n]);
-    }
-    responses
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    TcpStream::connect(addr).expect("connect")
-}
-
-/// Reads until the server closes the connection.
-fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let mut all = Vec::new();
-    let _ = stream.read_to_end(&mut all);
-    all
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_requests_are_answered_in_order_in_one_stream() {
@@ -156,7 +71,7 @@ async fn http_1_0_closes_unless_asked_and_bodies_are_framed_safely() {
         stream
             .write_all(format!("GET /musicdb/{id}/a.mp3 HTTP/1.0\r\n\r\n").as_bytes())
             .expect("write");
-        let all = read_to_close(&mut stream);
+        let all = read_to_close(&mut stream).0;
         assert!(
             all.starts_with(b"HTTP/1.1 200"),
             "{}",
@@ -200,7 +115,7 @@ async fn http_1_0_closes_unless_asked_and_bodies_are_framed_safely() {
                         .as_bytes(),
                 )
                 .expect("write");
-            let all = String::from_utf8_lossy(&read_to_close(&mut stream)).to_string();
+            let all = String::from_utf8_lossy(&read_to_close(&mut stream).0).to_string();
             assert!(all.starts_with("HTTP/1.1 400"), "{framing}: {all}");
             assert!(all.contains("connection: close"), "{all}");
         }
@@ -210,7 +125,7 @@ async fn http_1_0_closes_unless_asked_and_bodies_are_framed_safely() {
         stream
             .write_all(b"\x16\x03\x01 hello\r\n\r\n")
             .expect("write");
-        let all = String::from_utf8_lossy(&read_to_close(&mut stream)).to_string();
+        let all = String::from_utf8_lossy(&read_to_close(&mut stream).0).to_string();
         assert!(all.starts_with("HTTP/1.1 400"), "{all}");
     })
     .await

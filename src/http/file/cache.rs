@@ -12,7 +12,7 @@
 //! Because the stat follows the same path the cached entry was confined from, a symlink
 //! re-pointed elsewhere shows up as another inode too.
 //!
-//! One `stat` serves every request that was read before it began ([`FileCache::get_fresh`]
+//! One `stat` serves every request that was read before it began ([`FileCache::is_fresh`]
 //! takes the instant its request was read): whatever replaced the file before such a
 //! request was sent had happened before that instant, so a matching `stat` begun later
 //! saw the file as it is since. A request read after the last matching `stat` began gets

@@ -12,8 +12,7 @@
 //! version that was opened.
 //!
 //! Submodules: [`request`] (what is read from the request), [`conditional`] and [`range`]
-//! (RFC 9110 decisions), [`facts`] (header lines per file version), [`identity`] (what a
-//! version of a file is), [`cache`] (hot files in memory or open), [`watch`] (kernel
+//! (RFC 9110 decisions), [`facts`] (header lines per file version), [`cache`] (hot files in memory or open), [`watch`] (kernel
 //! notification that they did not change), and the offload headers.
 
 pub(crate) mod cache;

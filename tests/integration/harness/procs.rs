@@ -195,3 +195,20 @@ pub fn succeeded(output: &std::process::Output) -> String {
     );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Polls `check` every few milliseconds until it holds; panics with `what` if it does not
+/// within `within`. For waiting on a condition, never on a clock.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
