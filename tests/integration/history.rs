@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use crate::harness::daemon::Daemon;
 use crate::harness::nginx::Nginx;
 use crate::harness::varnish::Varnish;
-use crate::harness::{TestEnv, client, free_port, shared_redis, shared_replica_set};
+use crate::harness::{TestEnv, client, free_port, percentile, shared_redis, shared_replica_set};
 
 /// What a track URL answers: a status, and the body's digest for a 200.
 type Expect = (u16, Option<[u8; 32]>);
@@ -73,14 +73,6 @@ fn staleness(versions: &[Version], answer: &Answer) -> Option<Duration> {
         best = Some(best.map_or(stale, |b| b.min(stale)));
     }
     best
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

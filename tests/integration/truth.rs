@@ -11,8 +11,8 @@ use reqwest::StatusCode;
 
 use crate::harness::varnish::Varnish;
 use crate::harness::{
-    Musicd, RedisCluster, Server, TestEnv, fetch_with, free_port, get_text, metric, shared_redis,
-    shared_replica_set,
+    Musicd, RedisCluster, Server, TestEnv, fetch_with, free_port, get_body, get_text, metric,
+    served_within, shared_redis, shared_replica_set,
 };
 
 /// A dead follower is replaced within 1.5 s.
@@ -39,35 +39,11 @@ async fn until_following(server: &Musicd) {
     until_metric(server, "musicd_watch_following", 1.0, "never followed").await;
 }
 
-/// Status and body of `url`.
-async fn get(url: &str) -> (StatusCode, Vec<u8>) {
-    let (status, _, body) = fetch_with(url, &[]).await;
-    (status, body.to_vec())
-}
-
 /// Polls `url` until it answers `status` (and `body`, when given); how long it took.
 async fn served(url: &str, status: StatusCode, body: Option<&[u8]>, within: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        let (got, bytes) = get(url).await;
-        if got == status && body.is_none_or(|b| b == bytes) {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < within,
-            "{url}: still {got} after {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Waits until Redis holds `expected` for `id` (`None`: no entry).
-async fn until_cached(env: &TestEnv, id: &ObjectId, expected: Option<&[u8]>, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while env.cached(id).await.as_deref() != expected {
-        assert!(Instant::now() < deadline, "{what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    served_within(url, status, body, within)
+        .await
+        .unwrap_or_else(|| panic!("{url}: not {status} within {within:?}"))
 }
 
 /// A follower's write that arrives late (sent by a follower cut off from Redis, delivered
@@ -147,10 +123,11 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
     let moved = env.write_file("new.mp3", b"new");
     env.set_path(&id, &moved).await;
     let new = moved.display().to_string();
-    until_cached(
-        &env,
+    let within = Duration::from_secs(10);
+    env.until_cached(
         &id,
         Some(new.as_bytes()),
+        within,
         "the follower wrote the move",
     )
     .await;
@@ -161,7 +138,7 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
         server.readyz().await
     );
     assert_eq!(env.cached(&id).await.as_deref(), Some(new.as_bytes()));
-    assert_eq!(get(&server.track_url(&id)).await.1, b"new");
+    assert_eq!(get_body(&server.track_url(&id)).await.1.as_ref(), b"new");
 
     // An insert after a 404: the lookup read "no such document"; the follower dropped the
     // entry for the insert first. No negative entry may come back.
@@ -185,7 +162,10 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
     let written = lookup.cache.complete_fill(fill, None).await;
     assert!(!written.expect("fill"), "a negative entry came back");
     assert_eq!(env.cached(&id).await, None);
-    assert_eq!(get(&server.track_url(&id)).await.1, b"inserted");
+    assert_eq!(
+        get_body(&server.track_url(&id)).await.1.as_ref(),
+        b"inserted"
+    );
 
     // Without a change in between, the write-back is written: the fence is not a no-op.
     let (quiet, path) = env.track("quiet.mp3", b"quiet").await;
@@ -241,10 +221,16 @@ async fn changes_reach_every_musicd_by_eviction(env: &TestEnv) {
     let (deleted_id, _) = env.track("d.mp3", b"deleted").await;
     let inserted_id = ObjectId::new();
     for server in [&a, &b] {
-        assert_eq!(get(&server.track_url(&moved_id)).await.1, b"before");
-        assert_eq!(get(&server.track_url(&deleted_id)).await.0, StatusCode::OK);
         assert_eq!(
-            get(&server.track_url(&inserted_id)).await.0,
+            get_body(&server.track_url(&moved_id)).await.1.as_ref(),
+            b"before"
+        );
+        assert_eq!(
+            get_body(&server.track_url(&deleted_id)).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            get_body(&server.track_url(&inserted_id)).await.0,
             StatusCode::NOT_FOUND
         );
     }
@@ -342,7 +328,7 @@ async fn without_evictions_in_process_answers_live_a_second_and_are_cleared_on_r
         "never subscribed",
     )
     .await;
-    assert_eq!(get(&server.track_url(&id)).await.1, b"before");
+    assert_eq!(get_body(&server.track_url(&id)).await.1.as_ref(), b"before");
     redis.kill();
     let deadline = Instant::now() + Duration::from_secs(10);
     while metric(&metrics(&server).await, "musicd_evictions_subscribed") != Some(0.0) {
@@ -402,7 +388,7 @@ async fn the_follower_bans_changed_tracks_in_varnish() {
     let moved_url = varnish.url(&format!("/musicdb/{}/m.mp3", moved_id.to_hex()));
     let deleted_url = varnish.url(&format!("/stream/musicdb/{}", deleted_id.to_hex()));
     for url in [&moved_url, &deleted_url] {
-        get(url).await;
+        get_body(url).await;
         let (_, headers, _) = fetch_with(url, &[]).await;
         assert_eq!(
             headers.get("x-cache").map(|v| v.as_bytes()),

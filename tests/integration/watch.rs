@@ -11,7 +11,8 @@ use reqwest::StatusCode;
 
 use crate::harness::daemon::Daemon;
 use crate::harness::{
-    RedisCluster, ReplicaSet, TestEnv, http_get, metric, shared_redis, shared_replica_set,
+    RedisCluster, ReplicaSet, TestEnv, get_body, http_get, metric, percentile, served_within,
+    shared_redis, shared_replica_set,
 };
 
 /// Test lease: a dead follower is replaced within 1.5 s.
@@ -48,59 +49,13 @@ async fn the_follower(bases: &[&str], within: Duration) -> usize {
     }
 }
 
-async fn get(url: &str) -> (StatusCode, bytes::Bytes) {
-    let response = http_get(url).await;
-    let status = response.status();
-    (status, response.bytes().await.expect("body"))
-}
-
-/// Polls `url` until it answers `status` with `body` (any body when `None`); the time
-/// it took, or `None` after `within`.
-async fn served_within(
-    url: &str,
-    status: StatusCode,
-    body: Option<&[u8]>,
-    within: Duration,
-) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        let (got, bytes) = get(url).await;
-        if got == status && body.is_none_or(|b| b == bytes.as_ref()) {
-            return Some(started.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
-}
-
-/// Waits until Redis holds `expected` for `id` (`None`: no entry), failing with `what`
-/// after `within`; how long it took.
-async fn until_cached(
-    env: &TestEnv,
-    id: &ObjectId,
-    expected: Option<&[u8]>,
-    within: Duration,
-    what: &str,
-) -> Duration {
-    let started = Instant::now();
-    while env.cached(id).await.as_deref() != expected {
-        assert!(started.elapsed() < within, "{what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    started.elapsed()
-}
-
 /// Moves a track to a new file `name` and waits (5 s at most) until Redis has the new path.
 async fn move_and_wait(env: &TestEnv, id: &ObjectId, name: &str, what: &str) {
     let moved = env.write_file(name, name.as_bytes());
     env.set_path(id, &moved).await;
     let path = Some(moved.as_os_str().as_encoded_bytes());
-    until_cached(env, id, path, Duration::from_secs(5), what).await;
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
+    env.until_cached(id, path, Duration::from_secs(5), what)
+        .await;
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -149,13 +104,13 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
                         let (id, _) = env.track(&format!("m{i}.mp3"), before.as_bytes()).await;
                         let moved = env.write_file(&format!("moved/m{i}.mp3"), after.as_bytes());
                         // Cached before the change: the old answer is what Redis holds.
-                        assert_eq!(get(&server.track_url(&id)).await.0, StatusCode::OK);
+                        assert_eq!(get_body(&server.track_url(&id)).await.0, StatusCode::OK);
                         env.set_path(&id, &moved).await;
                         (id, StatusCode::OK, Some(after.into_bytes()))
                     }
                     Change::Delete => {
                         let (id, _) = env.track(&format!("d{i}.mp3"), before.as_bytes()).await;
-                        assert_eq!(get(&server.track_url(&id)).await.0, StatusCode::OK);
+                        assert_eq!(get_body(&server.track_url(&id)).await.0, StatusCode::OK);
                         env.tracks
                             .delete_one(doc! { "_id": id })
                             .await
@@ -165,7 +120,10 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
                     Change::InsertAfterNegative => {
                         let id = ObjectId::new();
                         // Asked for before it exists: a negative entry (60 s) in Redis.
-                        assert_eq!(get(&server.track_url(&id)).await.0, StatusCode::NOT_FOUND);
+                        assert_eq!(
+                            get_body(&server.track_url(&id)).await.0,
+                            StatusCode::NOT_FOUND
+                        );
                         let path = env.write_file(&format!("n{i}.mp3"), after.as_bytes());
                         env.tracks
                             .insert_one(doc! { "_id": id, "path": path.display().to_string() })
@@ -184,8 +142,7 @@ async fn a_thousand_changes_are_served_within_a_second_by_every_musicd() {
                         .display()
                         .to_string();
                     let secs = Duration::from_secs(10);
-                    let took =
-                        until_cached(&env, &id, Some(moved.as_bytes()), secs, "never indexed");
+                    let took = env.until_cached(&id, Some(moved.as_bytes()), secs, "never indexed");
                     indexed = Some(took.await);
                 }
                 let took = served_within(
@@ -255,7 +212,7 @@ async fn only_changes_of_the_path_field_touch_redis() {
     let server = env.musicd().await;
     the_follower(&[&server.url("")], Duration::from_secs(10)).await;
     let (id, path) = env.track("t.mp3", b"tune").await;
-    assert_eq!(get(&server.track_url(&id)).await.0, StatusCode::OK);
+    assert_eq!(get_body(&server.track_url(&id)).await.0, StatusCode::OK);
     let mut conn = env
         .redis
         .get_multiplexed_async_connection()
@@ -295,7 +252,8 @@ async fn only_changes_of_the_path_field_touch_redis() {
         .update_one(doc! { "_id": id }, doc! { "$unset": { "path": "" } })
         .await
         .expect("unset");
-    until_cached(&env, &id, None, Duration::from_secs(5), "entry not dropped").await;
+    env.until_cached(&id, None, Duration::from_secs(5), "entry not dropped")
+        .await;
 }
 
 /// musicd stopped, changes made, musicd started: they are applied from the saved resume
@@ -308,7 +266,7 @@ async fn changes_made_while_no_musicd_runs_are_applied_from_the_resume_point() {
     let server = env.musicd().await;
     the_follower(&[&server.url("")], Duration::from_secs(10)).await;
     for id in [&moved_id, &deleted_id] {
-        assert_eq!(get(&server.track_url(id)).await.0, StatusCode::OK);
+        assert_eq!(get_body(&server.track_url(id)).await.0, StatusCode::OK);
     }
     // Once it has saved a resume point, stop it (it gives the lease up).
     let (lease_key, position_key) = musicd::watch::lease::keys(&env.config.redis.prefix);
@@ -351,7 +309,7 @@ async fn changes_made_while_no_musicd_runs_are_applied_from_the_resume_point() {
         "negative entry"
     );
     assert_eq!(
-        get(&server.track_url(&deleted_id)).await.0,
+        get_body(&server.track_url(&deleted_id)).await.0,
         StatusCode::NOT_FOUND
     );
 }
@@ -444,8 +402,7 @@ async fn a_killed_follower_is_replaced_and_no_change_is_lost() {
     for (t, id) in ids.iter().enumerate() {
         let last = env.media.join(format!("v8/k{t}.mp3")).display().to_string();
         let left = deadline.saturating_duration_since(Instant::now());
-        until_cached(
-            &env,
+        env.until_cached(
             id,
             Some(last.as_bytes()),
             left,
@@ -500,7 +457,7 @@ async fn losing_the_primary_costs_only_uncached_ids_and_only_during_the_election
     let server = Arc::new(env.musicd().await);
     the_follower(&[&server.url("")], Duration::from_secs(20)).await;
     for id in &cached {
-        assert_eq!(get(&server.track_url(id)).await.0, StatusCode::OK);
+        assert_eq!(get_body(&server.track_url(id)).await.0, StatusCode::OK);
     }
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -510,7 +467,7 @@ async fn losing_the_primary_costs_only_uncached_ids_and_only_during_the_election
         tokio::spawn(async move {
             let (mut sent, mut failed) = (0usize, Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let (status, _) = get(&server.track_url(&cached[sent % cached.len()])).await;
+                let (status, _) = get_body(&server.track_url(&cached[sent % cached.len()])).await;
                 if status != StatusCode::OK {
                     failed.push(status);
                 }
@@ -666,7 +623,7 @@ async fn a_redis_cluster_failover_fails_no_track_request() {
     let server = Arc::new(env.musicd().await);
     the_follower(&[&server.url("")], Duration::from_secs(10)).await;
     for id in &ids {
-        assert_eq!(get(&server.track_url(id)).await.0, StatusCode::OK);
+        assert_eq!(get_body(&server.track_url(id)).await.0, StatusCode::OK);
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut loads = Vec::new();
@@ -676,7 +633,7 @@ async fn a_redis_cluster_failover_fails_no_track_request() {
             let (mut sent, mut failed) = (0usize, Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let id = &ids[(sent * 4 + worker) % ids.len()];
-                let (status, body) = get(&server.track_url(id)).await;
+                let (status, body) = get_body(&server.track_url(id)).await;
                 if status != StatusCode::OK || body.as_ref() != b"clustered" {
                     failed.push(status);
                 }
@@ -714,7 +671,7 @@ async fn a_redis_cluster_failover_fails_no_track_request() {
         // Past the in-process lifetime, every id is asked of Redis.
         tokio::time::sleep(Duration::from_millis(1100)).await;
         for id in &ids {
-            assert_eq!(get(&server.track_url(id)).await.0, StatusCode::OK);
+            assert_eq!(get_body(&server.track_url(id)).await.0, StatusCode::OK);
         }
         let hits_after = hits().await;
         if hits_after - hits_before >= 150.0 || back.elapsed() > Duration::from_secs(20) {
@@ -822,13 +779,14 @@ async fn a_dropped_collection_rebuilds_the_index_and_following_goes_on() {
     let (old, _) = env.track("old.mp3", b"old").await;
     let server = env.musicd().await;
     the_follower(&[&server.url("")], Duration::from_secs(10)).await;
-    assert_eq!(get(&server.track_url(&old)).await.0, StatusCode::OK);
+    assert_eq!(get_body(&server.track_url(&old)).await.0, StatusCode::OK);
     assert!(env.cached(&old).await.is_some());
     let rebuilds_before = server.readyz().await["watch"]["rebuilds"].as_u64();
 
     env.tracks.drop().await.expect("drop");
     let pruned = "the rebuild never pruned the dropped track";
-    until_cached(&env, &old, None, Duration::from_secs(10), pruned).await;
+    env.until_cached(&old, None, Duration::from_secs(10), pruned)
+        .await;
     let readyz: serde_json::Value = server.readyz().await;
     assert!(
         readyz["watch"]["rebuilds"].as_u64() > rebuilds_before,
@@ -838,7 +796,7 @@ async fn a_dropped_collection_rebuilds_the_index_and_following_goes_on() {
     // A player asks for a track before it exists, then it is added: played at once.
     let fresh = ObjectId::new();
     assert_eq!(
-        get(&server.track_url(&fresh)).await.0,
+        get_body(&server.track_url(&fresh)).await.0,
         StatusCode::NOT_FOUND
     );
     let path = env.write_file("fresh.mp3", b"fresh");

@@ -438,18 +438,15 @@ pub(crate) fn entry<'a>(
     let mut forwarded: [&[u8]; 4] = [&[]; 4];
     let mut count = 0;
     let mut real_ip: Option<&[u8]> = None;
+    // The first line of each, as nginx's `$http_user_agent` is (even when it is empty).
+    let (mut user_agent, mut referer, mut range) = (None, None, None);
     for (name, value) in request.headers() {
-        let first = |slot: &mut &'a [u8]| {
-            if slot.is_empty() {
-                *slot = value;
-            }
-        };
         if name.eq_ignore_ascii_case(b"user-agent") {
-            first(&mut line.user_agent);
+            user_agent.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"referer") {
-            first(&mut line.referer);
+            referer.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"range") {
-            first(&mut line.range);
+            range.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"x-real-ip") {
             real_ip.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
@@ -461,6 +458,9 @@ pub(crate) fn entry<'a>(
             count += 1;
         }
     }
+    line.user_agent = user_agent.unwrap_or_default();
+    line.referer = referer.unwrap_or_default();
+    line.range = range.unwrap_or_default();
     line.client = proxies.client(
         request.peer,
         &forwarded[..count],

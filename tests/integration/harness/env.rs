@@ -157,6 +157,23 @@ impl TestEnv {
         command
     }
 
+    /// Waits until Redis holds `expected` for `id` (`None`: no entry), failing with `what`
+    /// after `within`; how long it took.
+    pub async fn until_cached(
+        &self,
+        id: &ObjectId,
+        expected: Option<&[u8]>,
+        within: std::time::Duration,
+        what: &str,
+    ) -> std::time::Duration {
+        let started = std::time::Instant::now();
+        while self.cached(id).await.as_deref() != expected {
+            assert!(started.elapsed() < within, "{what}");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        started.elapsed()
+    }
+
     /// Writes a file under the media root.
     pub fn write_file(&self, relative: &str, bytes: &[u8]) -> PathBuf {
         let path = self.media.join(relative);

@@ -87,3 +87,37 @@ pub async fn get_json(url: &str) -> (reqwest::StatusCode, serde_json::Value) {
     let status = response.status();
     (status, response.json().await.expect("JSON body"))
 }
+
+/// GET `url`: its status and body.
+pub async fn get_body(url: &str) -> (reqwest::StatusCode, bytes::Bytes) {
+    let (status, _, body) = fetch_with(url, &[]).await;
+    (status, body)
+}
+
+/// Polls `url` until it answers `status` (with `body`, when given); how long that took,
+/// or `None` when it did not within `within`.
+pub async fn served_within(
+    url: &str,
+    status: reqwest::StatusCode,
+    body: Option<&[u8]>,
+    within: std::time::Duration,
+) -> Option<std::time::Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < within {
+        let (got, bytes) = get_body(url).await;
+        if got == status && body.is_none_or(|b| b == bytes.as_ref()) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// The `p` quantile (nearest rank) of durations sorted ascending; zero for none.
+pub fn percentile(sorted: &[std::time::Duration], p: f64) -> std::time::Duration {
+    if sorted.is_empty() {
+        return std::time::Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
