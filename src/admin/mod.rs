@@ -10,8 +10,10 @@ pub mod list;
 pub mod progress;
 pub mod purge;
 pub mod reindex;
+pub mod replay;
 pub mod resolve;
 pub mod sign;
+pub mod traffic;
 pub mod verify;
 
 use crate::catalog::mongo::StoreError;

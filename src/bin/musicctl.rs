@@ -156,6 +156,33 @@ enum Command {
         #[arg(long, requires = "fix")]
         yes: bool,
     },
+    /// Replay access logs (nginx/varnishncsa combined or musicd JSON, gzip or plain)
+    /// against a service: each track request at its original time / --speed, with its
+    /// Range, abandoned where it was. Exit 0 all completed (and agreed), 1 errors or
+    /// differences, 2 could not run.
+    Replay {
+        /// The logs, in any order (requests are replayed in time order).
+        #[arg(required = true)]
+        logs: Vec<PathBuf>,
+        /// The service, e.g. http://127.0.0.1:23001.
+        #[arg(long)]
+        target: String,
+        /// A second service to send the same traffic to, side by side.
+        #[arg(long)]
+        against: Option<String>,
+        /// The original timing divided by this, or `max` (as fast as --concurrency allows).
+        #[arg(long, default_value = "1")]
+        speed: musicd::admin::replay::Speed,
+        /// Connections at once with --speed max.
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        /// Seconds a connect, or a silence of the server, may last.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Print JSON (no progress output).
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -372,6 +399,32 @@ fn run() -> anyhow::Result<ExitCode> {
                     verified.render(),
                     verified.exit_code(strict),
                 )
+            }
+            Command::Replay {
+                logs,
+                target,
+                against,
+                speed,
+                concurrency,
+                timeout,
+                json,
+            } => {
+                let options = admin::replay::ReplayOptions {
+                    target,
+                    against,
+                    speed,
+                    concurrency,
+                    timeout: Duration::from_secs(timeout.max(1)),
+                    prefixes: config.route_prefixes.clone(),
+                };
+                let mut progress = Progress::new(json);
+                let report = admin::replay::replay(&logs, &options, |done, total| {
+                    progress.update(&format!("replay: {done} of {total} requests"));
+                })
+                .await;
+                progress.finish();
+                let report = report?;
+                emit(json, &report, report.render(), report.exit_code())
             }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;

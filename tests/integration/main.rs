@@ -23,6 +23,7 @@ mod nginx;
 mod package;
 mod purge;
 mod regression;
+mod replay;
 mod resolver_faults;
 mod supervisor;
 mod truth;

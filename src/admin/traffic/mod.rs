@@ -1,0 +1,227 @@
+//! Real traffic against a service: what `musicctl replay` and `musicctl players` share.
+//!
+//! * [`log`] reads access logs back into requests;
+//! * [`client`] makes one exchange and times it;
+//! * [`Recorder`] counts what came back (statuses by class, errors by kind, bytes) and
+//!   keeps latency and time-to-first-byte histograms (`hdrhistogram`: fixed memory
+//!   whatever the number of requests), and a per-second timeline for the report's plots;
+//!   [`Summary`] is what it says at the end.
+
+pub mod client;
+pub mod log;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use self::client::{ErrorKind, Outcome};
+
+/// Percentiles of a latency, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+/// What a run saw, by the field names of `--json`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Requests made.
+    pub requests: u64,
+    /// The target's answers, by class (`"2xx"` … `"5xx"`).
+    pub statuses: BTreeMap<String, u64>,
+    /// Requests that did not complete, by kind.
+    pub errors: BTreeMap<String, u64>,
+    /// From sending the request to the last byte read.
+    pub latency_ms: Percentiles,
+    /// From sending the request to the first byte of the answer.
+    pub ttfb_ms: Percentiles,
+    /// Body bytes read.
+    pub bytes: u64,
+    /// From the first request sent to the last answer finished.
+    pub duration_s: f64,
+}
+
+/// One second of a run, for the report's plots.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Second {
+    /// Requests finished in this second.
+    pub requests: u64,
+    /// Of those, errors.
+    pub errors: u64,
+    /// Their median latency, in milliseconds.
+    pub p50_ms: f64,
+    /// Their 99th-percentile latency, in milliseconds.
+    pub p99_ms: f64,
+}
+
+/// Counts outcomes as they come.
+pub struct Recorder {
+    requests: u64,
+    statuses: BTreeMap<String, u64>,
+    errors: BTreeMap<ErrorKind, u64>,
+    latency: Histogram<u64>,
+    ttfb: Histogram<u64>,
+    bytes: u64,
+    first_sent: Option<std::time::Instant>,
+    last_done: Option<std::time::Instant>,
+    seconds: Vec<(u64, u64, Histogram<u64>)>,
+}
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds, 1 µs to an hour, 3 significant digits: about 20 KiB each.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
+}
+
+impl Default for Recorder {
+    fn default() -> Recorder {
+        Recorder {
+            requests: 0,
+            statuses: BTreeMap::new(),
+            errors: BTreeMap::new(),
+            latency: histogram(),
+            ttfb: histogram(),
+            bytes: 0,
+            first_sent: None,
+            last_done: None,
+            seconds: Vec::new(),
+        }
+    }
+}
+
+impl Recorder {
+    /// Marks a request sent at `at`.
+    pub fn sent(&mut self, at: std::time::Instant) {
+        if self.first_sent.is_none_or(|first| at < first) {
+            self.first_sent = Some(at);
+        }
+    }
+
+    /// Counts one outcome, finished at `done`.
+    pub fn record(&mut self, outcome: &Outcome, done: std::time::Instant) {
+        self.requests += 1;
+        if let Some(status) = outcome.status {
+            *self.statuses.entry(status_class(status)).or_default() += 1;
+        }
+        if let Some(kind) = outcome.error {
+            *self.errors.entry(kind).or_default() += 1;
+        }
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1);
+        let _ = self.latency.record(micros(outcome.latency));
+        if let Some(ttfb) = outcome.ttfb {
+            let _ = self.ttfb.record(micros(ttfb));
+        }
+        self.bytes += outcome.bytes;
+        if self.last_done.is_none_or(|last| done > last) {
+            self.last_done = Some(done);
+        }
+        if let Some(first) = self.first_sent {
+            let second = done.saturating_duration_since(first).as_secs() as usize;
+            while self.seconds.len() <= second {
+                self.seconds.push((0, 0, histogram()));
+            }
+            let slot = &mut self.seconds[second];
+            slot.0 += 1;
+            slot.1 += u64::from(outcome.error.is_some());
+            let _ = slot.2.record(micros(outcome.latency));
+        }
+    }
+
+    /// Requests counted so far.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// What the run saw.
+    pub fn summary(&self) -> Summary {
+        Summary {
+            requests: self.requests,
+            statuses: self.statuses.clone(),
+            errors: self
+                .errors
+                .iter()
+                .map(|(kind, n)| (kind.as_str().to_string(), *n))
+                .collect(),
+            latency_ms: percentiles(&self.latency),
+            ttfb_ms: percentiles(&self.ttfb),
+            bytes: self.bytes,
+            duration_s: match (self.first_sent, self.last_done) {
+                (Some(first), Some(last)) => last.saturating_duration_since(first).as_secs_f64(),
+                _ => 0.0,
+            },
+        }
+    }
+
+    /// The run second by second.
+    pub fn timeline(&self) -> Vec<Second> {
+        self.seconds
+            .iter()
+            .map(|(requests, errors, latency)| Second {
+                requests: *requests,
+                errors: *errors,
+                p50_ms: ms(latency.value_at_quantile(0.5)),
+                p99_ms: ms(latency.value_at_quantile(0.99)),
+            })
+            .collect()
+    }
+}
+
+/// `"2xx"` for 204.
+pub fn status_class(status: u16) -> String {
+    format!("{}xx", status / 100)
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
+    if histogram.is_empty() {
+        return Percentiles::default();
+    }
+    Percentiles {
+        p50: ms(histogram.value_at_quantile(0.5)),
+        p90: ms(histogram.value_at_quantile(0.9)),
+        p99: ms(histogram.value_at_quantile(0.99)),
+        max: ms(histogram.max()),
+    }
+}
+
+impl Summary {
+    /// The summary as a table, one row per figure.
+    pub fn render(&self, title: &str) -> String {
+        let classes = |map: &BTreeMap<String, u64>| {
+            if map.is_empty() {
+                return "-".to_string();
+            }
+            map.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let p = |p: &Percentiles| {
+            format!(
+                "p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
+                p.p50, p.p90, p.p99, p.max
+            )
+        };
+        format!(
+            "{title}\n  requests     {}\n  statuses     {}\n  errors       {}\n  latency ms   {}\n  ttfb ms      {}\n  bytes        {}\n  duration s   {:.2}\n",
+            self.requests,
+            classes(&self.statuses),
+            classes(&self.errors),
+            p(&self.latency_ms),
+            p(&self.ttfb_ms),
+            self.bytes,
+            self.duration_s,
+        )
+    }
+}
