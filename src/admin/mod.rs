@@ -7,6 +7,7 @@ pub mod compare;
 pub mod health;
 pub mod import;
 pub mod list;
+pub mod players;
 pub mod progress;
 pub mod purge;
 pub mod reindex;

@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::AdminError;
-use super::traffic::client::{self, Ask, Outcome};
+use super::traffic::client::{self, Ask, Flow, Outcome};
 use super::traffic::log::{Logged, read_logs};
 use super::traffic::{Recorder, Summary, status_class};
 
@@ -227,7 +227,7 @@ pub async fn replay(
                             // A 2xx cut short in the log is read as far as it went.
                             read_at_most: (200..300).contains(&request.status).then_some(request.bytes),
                         };
-                        let outcome = client::exchange(service.addr, &ask, timeout, |_| async {}).await;
+                        let outcome = client::exchange(service.addr, &ask, timeout, |_, _| async { Flow::Continue }).await;
                         drop(permit);
                         let _ = done_tx.send((index, is_against, Instant::now(), outcome));
                     });

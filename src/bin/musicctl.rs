@@ -183,6 +183,57 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Synthetic listeners against a service: each picks tracks by Zipf popularity,
+    /// probes, streams through a playback buffer at --bitrate, seeks and skips; stalls are
+    /// counted. Exit 0 no error and no stall, 1 errors or stalls, 2 could not run.
+    Players {
+        /// The service, e.g. http://127.0.0.1:23001.
+        #[arg(long)]
+        target: String,
+        /// Listeners (at the end of the ramp, with --ramp).
+        #[arg(long, default_value_t = 100)]
+        listeners: usize,
+        /// How long: 15s, 2m, 1h.
+        #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Tracks from this file (an id per line, `musicctl list` output works) instead of
+        /// the catalogue.
+        #[arg(long)]
+        ids: Option<PathBuf>,
+        /// Zipf exponent of track popularity.
+        #[arg(long, default_value_t = 1.0)]
+        zipf: f64,
+        /// Playback rate: 320k, 1.4M, or bits per second.
+        #[arg(long, default_value = "320k", value_parser = parse_bitrate)]
+        bitrate: u64,
+        /// Buffered before playback starts (and after a stall).
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        prebuffer: Duration,
+        /// Read ahead of the playhead at most this much.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        buffer: Duration,
+        /// What is sent before each track.
+        #[arg(long, value_enum, default_value_t = admin::players::Probe::Head)]
+        probe: admin::players::Probe,
+        /// Seeks per minute of listening.
+        #[arg(long, default_value_t = 0.0)]
+        seek_rate: f64,
+        /// Skips per minute of listening.
+        #[arg(long, default_value_t = 0.0)]
+        skip_rate: f64,
+        /// Add the listeners in --ramp-steps steps and report the most held without stalls.
+        #[arg(long)]
+        ramp: bool,
+        /// Steps of --ramp.
+        #[arg(long, default_value_t = 10)]
+        ramp_steps: usize,
+        /// Seconds a connect, or a silence of the server, may last.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
         /// The track's ObjectId.
@@ -426,12 +477,83 @@ fn run() -> anyhow::Result<ExitCode> {
                 let report = report?;
                 emit(json, &report, report.render(), report.exit_code())
             }
+            Command::Players {
+                target,
+                listeners,
+                duration,
+                ids,
+                zipf,
+                bitrate,
+                prebuffer,
+                buffer,
+                probe,
+                seek_rate,
+                skip_rate,
+                ramp,
+                ramp_steps,
+                timeout,
+                json,
+            } => {
+                let tracks = match ids {
+                    Some(file) => admin::players::tracks_from_file(&file)?,
+                    None => admin::players::tracks_from_catalogue(&backends).await?,
+                };
+                let options = admin::players::PlayersOptions {
+                    target,
+                    listeners,
+                    duration,
+                    zipf,
+                    bitrate,
+                    prebuffer,
+                    buffer,
+                    probe,
+                    seek_rate,
+                    skip_rate,
+                    ramp_steps: if ramp { ramp_steps.max(2) } else { 1 },
+                    timeout: Duration::from_secs(timeout.max(1)),
+                    prefix: config
+                        .route_prefixes
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| "/musicdb".into()),
+                };
+                if !json {
+                    eprintln!(
+                        "players: {listeners} listeners for {}",
+                        humantime::format_duration(duration)
+                    );
+                }
+                // One core drives every listener: their own event loop, on a thread of their own.
+                let report = tokio::task::spawn_blocking(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    anyhow::Ok(runtime.block_on(admin::players::players(tracks, options))?)
+                })
+                .await??;
+                emit(json, &report, report.render(), report.exit_code())
+            }
             Command::Resolve { id, json } => {
                 let report = admin::resolve::resolve(&backends, &id).await?;
                 emit(json, &report, report.render(), report.exit_code())
             }
         }
     })
+}
+
+/// `320k`, `1.4M` or a number: bits per second.
+fn parse_bitrate(text: &str) -> Result<u64, String> {
+    let (number, unit) = match text.strip_suffix(['k', 'K']) {
+        Some(number) => (number, 1_000.0),
+        None => match text.strip_suffix('M') {
+            Some(number) => (number, 1_000_000.0),
+            None => (text, 1.0),
+        },
+    };
+    match number.parse::<f64>() {
+        Ok(value) if value > 0.0 && value.is_finite() => Ok((value * unit) as u64),
+        _ => Err(format!("`{text}` is not a bitrate (320k, 1.4M, 320000)")),
+    }
 }
 
 /// Prints a command's report, as JSON or as text, and exits with its code.

@@ -21,6 +21,7 @@ mod http_contract;
 mod limits;
 mod nginx;
 mod package;
+mod players;
 mod purge;
 mod regression;
 mod replay;

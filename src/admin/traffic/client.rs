@@ -25,6 +25,8 @@ pub enum ErrorKind {
     ShortBody,
     /// The answer was not HTTP/1.1 that could be read.
     Protocol,
+    /// An answer a player cannot play (not a 2xx).
+    Status,
 }
 
 impl ErrorKind {
@@ -36,6 +38,7 @@ impl ErrorKind {
             ErrorKind::Reset => "reset",
             ErrorKind::ShortBody => "short_body",
             ErrorKind::Protocol => "protocol",
+            ErrorKind::Status => "status",
         }
     }
 }
@@ -72,15 +75,31 @@ pub struct Outcome {
     pub error: Option<ErrorKind>,
 }
 
-/// Body bytes read per step.
+/// Bytes read per step.
 const READ_CHUNK: usize = 16 * 1024;
+
+/// Whether to go on reading a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Read on.
+    Continue,
+    /// Close the connection now: the player moved on (a seek or a skip). Not an error.
+    Stop,
+}
+
+thread_local! {
+    /// Where body bytes are read to and dropped: one buffer per thread, not one per
+    /// exchange, so ten thousand listeners do not hold ten thousand buffers.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 64 * 1024]);
+}
 
 /// Largest response head read.
 const MAX_HEAD: usize = 32 * 1024;
 
 /// Makes one exchange with `addr`. `timeout` bounds the connect and every silence;
-/// `pace(bytes_so_far)` is awaited before each read of the body (a listener's playback
-/// buffer holds reads back; a plain download passes `|_| async {}`).
+/// `pace(bytes_so_far, declared_length)` is awaited before each read of the body: a
+/// listener's playback buffer holds reads back there, or stops the transfer; a plain
+/// download passes `|_, _| async { Flow::Continue }`.
 pub async fn exchange<F, Fut>(
     addr: SocketAddr,
     ask: &Ask<'_>,
@@ -88,8 +107,8 @@ pub async fn exchange<F, Fut>(
     mut pace: F,
 ) -> Outcome
 where
-    F: FnMut(u64) -> Fut,
-    Fut: Future<Output = ()>,
+    F: FnMut(u64, Option<u64>) -> Fut,
+    Fut: Future<Output = Flow>,
 {
     let started = Instant::now();
     let mut outcome = Outcome {
@@ -220,6 +239,34 @@ impl Framing {
     }
 }
 
+/// Reads up to `at_most` bytes into the thread's scratch buffer, dropping them.
+async fn read_dropped(
+    stream: &mut TcpStream,
+    at_most: u64,
+    timeout: Duration,
+) -> Result<usize, ErrorKind> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.readable()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(ErrorKind::Reset),
+            Err(_) => return Err(ErrorKind::Timeout),
+        }
+        let read = SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let room = usize::try_from(at_most)
+                .unwrap_or(usize::MAX)
+                .min(scratch.len());
+            stream.try_read(&mut scratch[..room])
+        });
+        match read {
+            Ok(read) => return Ok(read),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return Err(ErrorKind::Reset),
+        }
+    }
+}
+
 async fn read_some(
     stream: &mut TcpStream,
     buffer: &mut Vec<u8>,
@@ -247,15 +294,17 @@ async fn read_counted<F, Fut>(
     to_end: bool,
 ) -> Result<(), ErrorKind>
 where
-    F: FnMut(u64) -> Fut,
-    Fut: Future<Output = ()>,
+    F: FnMut(u64, Option<u64>) -> Fut,
+    Fut: Future<Output = Flow>,
 {
     let mut got = (body.len() as u64).min(want);
     outcome.bytes = got;
+    *body = Vec::new();
     while got < want {
-        pace(got).await;
-        body.clear();
-        let read = read_some(stream, body, timeout).await?;
+        if pace(got, to_end.then_some(want)).await == Flow::Stop {
+            return Ok(());
+        }
+        let read = read_dropped(stream, want - got, timeout).await?;
         if read == 0 {
             return if to_end {
                 Err(ErrorKind::ShortBody)

@@ -1,0 +1,120 @@
+//! `musicctl players` against a real `musicd`: listeners at 320 kbps are held without a
+//! stall by a musicd that sends as fast as it can, and stall against one paced below the
+//! bitrate.
+
+use crate::harness::{TestEnv, pattern};
+
+/// Starts `musicctl players` with `args` against `url` over `ids`; its exit code and
+/// JSON report.
+fn players(
+    env: &TestEnv,
+    url: &str,
+    ids: &std::path::Path,
+    args: &[&str],
+) -> (Option<i32>, serde_json::Value) {
+    let output = env
+        .command("musicctl")
+        .arg("players")
+        .args(["--target", url, "--ids"])
+        .arg(ids)
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("musicctl players");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|err| panic!("{err}: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
+    (output.status.code(), report)
+}
+
+/// Three tracks of 10 s at 320 kbps, and a file naming them as `musicctl list` does.
+async fn library(env: &TestEnv) -> std::path::PathBuf {
+    let mut list = String::new();
+    for n in 0..3u64 {
+        let (id, path) = env.track(&format!("t{n}.mp3"), &pattern(400_000, n)).await;
+        list += &format!("{}\t{}\n", id.to_hex(), path.display());
+    }
+    env.write_file("ids.tsv", list.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_are_held_without_a_stall_by_a_fast_musicd() {
+    let env = TestEnv::new().await;
+    let ids = library(&env).await;
+    let server = env.musicd().await;
+    let url = server.url("");
+    let (code, report) = tokio::task::spawn_blocking(move || {
+        players(
+            &env,
+            &url,
+            &ids,
+            &[
+                "--listeners",
+                "20",
+                "--duration",
+                "6s",
+                "--buffer",
+                "3s",
+                "--seek-rate",
+                "6",
+                "--probe",
+                "range",
+            ],
+        )
+    })
+    .await
+    .expect("players");
+    assert_eq!(report["listeners"], 20, "{report}");
+    assert_eq!(report["held"], 20, "{report}");
+    assert_eq!(report["stalls"], 0, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+    assert_eq!(code, Some(0), "{report}");
+    // Every listener probed and streamed: 6 s of playback at 320 kbps each at least, and
+    // no more than the playback plus the 3 s read-ahead, once more for each seek.
+    assert!(report["requests"].as_u64().unwrap_or(0) >= 40, "{report}");
+    let bytes = report["bytes"].as_u64().unwrap_or(0);
+    assert!(bytes >= 20 * 6 * 40_000, "{report}");
+    assert!(bytes <= 20 * 2 * 400_000, "{report}");
+    assert!(
+        report["start_ms"]["p50"].as_f64().is_some_and(|v| v > 0.0),
+        "{report}"
+    );
+    assert!(report["tool_cpu_s"].as_f64().is_some(), "{report}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_stall_against_a_musicd_paced_below_their_bitrate() {
+    // 20,000 bytes/s against 40,000 bytes/s of playback: a 1 s prebuffer lasts 2 s.
+    let env = TestEnv::shared_with(&[
+        "limits.rate_bytes_per_sec=20000",
+        "limits.rate_after_bytes=0",
+    ])
+    .await;
+    let ids = library(&env).await;
+    let server = env.musicd().await;
+    let url = server.url("");
+    let (code, report) = tokio::task::spawn_blocking(move || {
+        players(
+            &env,
+            &url,
+            &ids,
+            &[
+                "--listeners",
+                "5",
+                "--duration",
+                "8s",
+                "--prebuffer",
+                "1s",
+                "--probe",
+                "none",
+            ],
+        )
+    })
+    .await
+    .expect("players");
+    assert!(report["stalls"].as_u64().unwrap_or(0) >= 5, "{report}");
+    assert_eq!(report["stalled_listeners"], 5, "{report}");
+    assert_eq!(code, Some(1), "{report}");
+    server.shutdown().await;
+}
