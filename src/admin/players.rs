@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::AdminError;
 use super::traffic::client::{self, Ask, ErrorKind, Flow, Outcome};
-use super::traffic::{Percentiles, Recorder, Second, Summary};
+use super::traffic::{Percentiles, Recorder, Second, Summary, html, timeline_plots};
 
 /// What a listener sends before it streams a track.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -122,12 +122,62 @@ pub struct PlayersReport {
     /// Second by second (for the HTML report).
     #[serde(skip)]
     pub timeline: Vec<Second>,
+    /// Listeners playing, second by second.
+    #[serde(skip)]
+    pub listeners_by_second: Vec<f64>,
+    /// Stalls, second by second.
+    #[serde(skip)]
+    pub stalls_by_second: Vec<f64>,
 }
 
 impl PlayersReport {
     /// 0 when the run had no error and no stall, else 1.
     pub fn exit_code(&self) -> u8 {
         u8::from(self.stalls > 0 || self.summary.errors.values().sum::<u64>() > 0)
+    }
+
+    /// The `--report` page.
+    pub fn html(&self) -> String {
+        let mut rows = self.summary.rows("");
+        let p = |p: &Percentiles| format!("p50 {:.1}, p99 {:.1}", p.p50, p.p99);
+        rows.extend([
+            ("listeners".to_string(), self.listeners.to_string()),
+            ("held".to_string(), self.held.to_string()),
+            ("stalls".to_string(), self.stalls.to_string()),
+            (
+                "stalled listeners".to_string(),
+                self.stalled_listeners.to_string(),
+            ),
+            ("time to start playback ms".to_string(), p(&self.start_ms)),
+            ("after a seek ms".to_string(), p(&self.seek_start_ms)),
+            (
+                "bytes per second".to_string(),
+                format!("{:.0}", self.bytes_per_sec),
+            ),
+            (
+                "the tool's CPU s".to_string(),
+                format!("{:.2}", self.tool_cpu_s),
+            ),
+        ]);
+        if let Some(most) = self.most_held {
+            rows.push(("most held (ramp)".into(), most.to_string()));
+        }
+        let mut plots = timeline_plots(&[("players", &self.timeline)]);
+        plots.push(html::Plot {
+            title: "Listeners and stalls".into(),
+            unit: "per second".into(),
+            series: vec![
+                html::Series {
+                    name: "listeners".into(),
+                    values: self.listeners_by_second.clone(),
+                },
+                html::Series {
+                    name: "stalls".into(),
+                    values: self.stalls_by_second.clone(),
+                },
+            ],
+        });
+        html::page("musicctl players", &rows, &plots)
     }
 
     /// The report for a terminal.
@@ -228,6 +278,8 @@ struct Results {
     /// Stalled time per ramp step, and errors per ramp step.
     stalled_by_step: Vec<Duration>,
     errors_by_step: Vec<u64>,
+    /// Stalls by the second of the run they were seen in.
+    stalls_by_second: Vec<f64>,
 }
 
 /// How one listener's life went.
@@ -270,6 +322,7 @@ pub async fn players(
             stalls: 0,
             stalled_by_step: vec![Duration::ZERO; steps],
             errors_by_step: vec![0; steps],
+            stalls_by_second: vec![0.0; shared_seconds(options.duration)],
         }),
         options,
     });
@@ -327,6 +380,15 @@ pub async fn players(
         ramp,
         most_held,
         timeline: results.recorder.timeline(),
+        listeners_by_second: (0..shared_seconds(shared.options.duration))
+            .map(|second| {
+                // Listener i joins in step i * steps / listeners (see above).
+                let step =
+                    ((second as f64 / step_length.as_secs_f64().max(1e-9)) as usize).min(steps - 1);
+                ((step + 1) * listeners / steps) as f64
+            })
+            .collect(),
+        stalls_by_second: results.stalls_by_second.clone(),
     })
 }
 
@@ -441,6 +503,10 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
                 let mut results = shared.results.lock().unwrap_or_else(|p| p.into_inner());
                 results.stalls += playback.stalls;
                 results.stalled_by_step[step] += playback.stalled;
+                let second = now.saturating_duration_since(shared.started).as_secs() as usize;
+                if let Some(slot) = results.stalls_by_second.get_mut(second) {
+                    *slot += playback.stalls as f64;
+                }
             }
             if run_over {
                 return;
@@ -486,6 +552,11 @@ fn record(shared: &Shared, outcome: &Outcome, life: &mut Life) -> bool {
         results.errors_by_step[step] += 1;
     }
     outcome.error.is_none()
+}
+
+/// Seconds in a run of `duration`, a started one included.
+fn shared_seconds(duration: Duration) -> usize {
+    duration.as_secs_f64().ceil().max(1.0) as usize
 }
 
 fn step_of(shared: &Shared, at: Instant) -> usize {

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::AdminError;
 use super::traffic::client::{self, Ask, Flow, Outcome};
 use super::traffic::log::{Logged, read_logs};
-use super::traffic::{Recorder, Summary, status_class};
+use super::traffic::{Recorder, Second, Summary, html, status_class, timeline_plots};
 
 /// How fast to replay.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -94,6 +94,9 @@ pub struct ReplayReport {
     /// How many requests the two answered with a different status class.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub differing: Option<u64>,
+    /// Second by second, the target's and the other service's.
+    #[serde(skip)]
+    pub timelines: Vec<(String, Vec<Second>)>,
 }
 
 impl ReplayReport {
@@ -102,6 +105,36 @@ impl ReplayReport {
         let errors = |s: &Summary| s.errors.values().sum::<u64>();
         let against_errors = self.against.as_ref().map_or(0, errors);
         u8::from(errors(&self.summary) + against_errors > 0 || self.differing.unwrap_or(0) > 0)
+    }
+
+    /// The `--report` page.
+    pub fn html(&self) -> String {
+        let mut rows = self.summary.rows("");
+        let classes: Vec<String> = self
+            .log_statuses
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        rows.push(("statuses in the log".into(), classes.join(", ")));
+        rows.push((
+            "log lines not replayed".into(),
+            self.skipped_lines.to_string(),
+        ));
+        if let Some(against) = &self.against {
+            rows.extend(against.rows("against: "));
+        }
+        if let Some(differing) = self.differing {
+            rows.push((
+                "requests answered differently".into(),
+                differing.to_string(),
+            ));
+        }
+        let sides: Vec<(&str, &[Second])> = self
+            .timelines
+            .iter()
+            .map(|(name, t)| (name.as_str(), t.as_slice()))
+            .collect();
+        html::page("musicctl replay", &rows, &timeline_plots(&sides))
     }
 
     /// The report for a terminal.
@@ -244,6 +277,7 @@ pub async fn replay(
         against: None,
         differences: None,
         differing: None,
+        timelines: vec![("target".into(), target_recorder.timeline())],
     };
     if options.against.is_some() {
         let mut differences = Vec::new();
@@ -263,6 +297,9 @@ pub async fn replay(
             }
         }
         report.against = Some(against_recorder.summary());
+        report
+            .timelines
+            .push(("against".into(), against_recorder.timeline()));
         report.differences = Some(differences);
         report.differing = Some(differing);
     }

@@ -182,6 +182,9 @@ enum Command {
         /// Print JSON (no progress output).
         #[arg(long)]
         json: bool,
+        /// Also write a self-contained HTML page: the summary and plots over time.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Synthetic listeners against a service: each picks tracks by Zipf popularity,
     /// probes, streams through a playback buffer at --bitrate, seeks and skips; stalls are
@@ -233,6 +236,9 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Also write a self-contained HTML page: the summary and plots over time.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
@@ -459,6 +465,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 concurrency,
                 timeout,
                 json,
+                report: page,
             } => {
                 let options = admin::replay::ReplayOptions {
                     target,
@@ -475,6 +482,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 .await;
                 progress.finish();
                 let report = report?;
+                write_page(page.as_deref(), || report.html())?;
                 emit(json, &report, report.render(), report.exit_code())
             }
             Command::Players {
@@ -493,6 +501,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 ramp_steps,
                 timeout,
                 json,
+                report: page,
             } => {
                 let tracks = match ids {
                     Some(file) => admin::players::tracks_from_file(&file)?,
@@ -531,6 +540,7 @@ fn run() -> anyhow::Result<ExitCode> {
                     anyhow::Ok(runtime.block_on(admin::players::players(tracks, options))?)
                 })
                 .await??;
+                write_page(page.as_deref(), || report.html())?;
                 emit(json, &report, report.render(), report.exit_code())
             }
             Command::Resolve { id, json } => {
@@ -539,6 +549,14 @@ fn run() -> anyhow::Result<ExitCode> {
             }
         }
     })
+}
+
+/// Writes the `--report` page, when one was asked for.
+fn write_page(path: Option<&std::path::Path>, html: impl FnOnce() -> String) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        std::fs::write(path, html()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `320k`, `1.4M` or a number: bits per second.

@@ -2,7 +2,6 @@
 //! offload modes, against an independent HMAC from `openssl`), `musicctl sign`, CORS with
 //! a real Chromium page on another origin, `?download`, and pacing.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -382,56 +381,19 @@ async fn a_web_player_on_another_origin_can_seek_with_fetch() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let expected: Vec<String> = bytes[100..110].iter().map(u8::to_string).collect();
-    let result = chromium_result(&format!("{allowed}/player.html"));
+    let result = crate::harness::chromium::dom_result(&format!("{allowed}/player.html"));
     assert_eq!(
         result,
         format!("206|bytes 100-109/{}|{}", bytes.len(), expected.join(",")),
         "the allowed origin reads the range"
     );
     // The same page from an origin that is not allowed (localhost is another origin).
-    let result = chromium_result(&format!("http://localhost:{page_port}/player.html"));
+    let result =
+        crate::harness::chromium::dom_result(&format!("http://localhost:{page_port}/player.html"));
     assert_eq!(
         result, "blocked",
         "a foreign origin must not read the track"
     );
     let _ = static_server.kill();
     let _ = static_server.wait();
-}
-
-/// Loads `url` in headless Chromium and returns the page's `data-result`.
-fn chromium_result(url: &str) -> String {
-    let profile = crate::harness::tempdir();
-    let chromium = ["chromium", "chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| Command::new(p).arg("--version").output().is_ok())
-        .expect("chromium (scripts/install-deps.sh installs it)");
-    let output = Command::new(chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg("--dump-dom")
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&output.stdout).to_string();
-    dom.split("data-result=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .unwrap_or_else(|| {
-            panic!(
-                "no result in {dom}\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
-        .to_string()
 }

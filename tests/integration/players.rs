@@ -43,12 +43,17 @@ async fn listeners_are_held_without_a_stall_by_a_fast_musicd() {
     let ids = library(&env).await;
     let server = env.musicd().await;
     let url = server.url("");
-    let (code, report) = tokio::task::spawn_blocking(move || {
-        players(
+    let page = ids.with_file_name("players.html");
+    let page_arg = page.display().to_string();
+    // The world (and the page in it) stays until the browser has read the page.
+    let ((code, report), _env) = tokio::task::spawn_blocking(move || {
+        let ran = players(
             &env,
             &url,
             &ids,
             &[
+                "--report",
+                &page_arg,
                 "--listeners",
                 "20",
                 "--duration",
@@ -60,7 +65,8 @@ async fn listeners_are_held_without_a_stall_by_a_fast_musicd() {
                 "--probe",
                 "range",
             ],
-        )
+        );
+        (ran, env)
     })
     .await
     .expect("players");
@@ -69,6 +75,12 @@ async fn listeners_are_held_without_a_stall_by_a_fast_musicd() {
     assert_eq!(report["stalls"], 0, "{report}");
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
     assert_eq!(code, Some(0), "{report}");
+    let page_url = format!("file://{}", page.display());
+    let rendered =
+        tokio::task::spawn_blocking(move || crate::harness::chromium::dom_result(&page_url))
+            .await
+            .expect("chromium");
+    crate::replay::assert_plots(&rendered, 4);
     // Every listener probed and streamed: 6 s of playback at 320 kbps each at least, and
     // no more than the playback plus the 3 s read-ahead, once more for each seek.
     assert!(report["requests"].as_u64().unwrap_or(0) >= 40, "{report}");

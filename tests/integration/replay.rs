@@ -98,12 +98,21 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
     gz.write_all(json_lines.as_bytes()).expect("gzip");
     std::fs::write(&gz_path, gz.finish().expect("gzip")).expect("write gz");
 
+    let page = plain_path.with_file_name("report.html");
     let output = env
         .command("musicctl")
         .arg("replay")
         .arg(&plain_path)
         .arg(&gz_path)
-        .args(["--target", &server.url(""), "--speed", "10", "--json"])
+        .args([
+            "--target",
+            &server.url(""),
+            "--speed",
+            "10",
+            "--json",
+            "--report",
+        ])
+        .arg(&page)
         .output()
         .expect("musicctl replay");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -136,6 +145,14 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
             );
         }
     }
+
+    // The page renders in a real browser, and each of its plots has a line with data.
+    let page_url = format!("file://{}", page.display());
+    let rendered =
+        tokio::task::spawn_blocking(move || crate::harness::chromium::dom_result(&page_url))
+            .await
+            .expect("chromium");
+    assert_plots(&rendered, 3);
 
     // The same traffic to a second musicd side by side: both answer alike.
     let other = env.musicd().await;
@@ -191,4 +208,22 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
     assert_eq!(report["differences"][0]["against"], 404, "{report}");
     empty.shutdown().await;
     server.shutdown().await;
+}
+
+/// Checks a report page's `data-result` (`plots=N lines=L points=P`): `plots` plots, each
+/// line drawn with points.
+pub(crate) fn assert_plots(result: &str, plots: usize) {
+    let field = |name: &str| {
+        result
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(field("plots"), plots, "{result}");
+    assert!(
+        field("lines") >= plots,
+        "every plot has a line drawn: {result}"
+    );
+    assert!(field("points") > 2 * plots, "{result}");
 }

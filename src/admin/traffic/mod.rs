@@ -8,6 +8,7 @@
 //!   [`Summary`] is what it says at the end.
 
 pub mod client;
+pub mod html;
 pub mod log;
 
 use std::collections::BTreeMap;
@@ -195,7 +196,69 @@ fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
     }
 }
 
+/// Plots of a run's timeline: requests, errors, and latency percentiles per second.
+pub fn timeline_plots(sides: &[(&str, &[Second])]) -> Vec<html::Plot> {
+    let series = |pick: fn(&Second) -> f64, suffix: &str| -> Vec<html::Series> {
+        sides
+            .iter()
+            .map(|(name, seconds)| html::Series {
+                name: format!("{name}{suffix}"),
+                values: seconds.iter().map(pick).collect(),
+            })
+            .collect()
+    };
+    let mut latency = series(|s| s.p50_ms, " p50");
+    latency.extend(series(|s| s.p99_ms, " p99"));
+    vec![
+        html::Plot {
+            title: "Requests finished per second".into(),
+            unit: "req/s".into(),
+            series: series(|s| s.requests as f64, ""),
+        },
+        html::Plot {
+            title: "Latency of the requests finished each second".into(),
+            unit: "ms".into(),
+            series: latency,
+        },
+        html::Plot {
+            title: "Errors per second".into(),
+            unit: "errors/s".into(),
+            series: series(|s| s.errors as f64, ""),
+        },
+    ]
+}
+
 impl Summary {
+    /// The summary as rows of the HTML report, each named `prefix` + its figure.
+    pub fn rows(&self, prefix: &str) -> Vec<(String, String)> {
+        let join = |map: &BTreeMap<String, u64>| {
+            let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            if parts.is_empty() {
+                "-".to_string()
+            } else {
+                parts.join(", ")
+            }
+        };
+        let p = |p: &Percentiles| {
+            format!(
+                "p50 {:.1}, p90 {:.1}, p99 {:.1}, max {:.1}",
+                p.p50, p.p90, p.p99, p.max
+            )
+        };
+        vec![
+            (format!("{prefix}requests"), self.requests.to_string()),
+            (format!("{prefix}statuses"), join(&self.statuses)),
+            (format!("{prefix}errors"), join(&self.errors)),
+            (format!("{prefix}latency ms"), p(&self.latency_ms)),
+            (format!("{prefix}time to first byte ms"), p(&self.ttfb_ms)),
+            (format!("{prefix}bytes"), self.bytes.to_string()),
+            (
+                format!("{prefix}duration s"),
+                format!("{:.2}", self.duration_s),
+            ),
+        ]
+    }
+
     /// The summary as a table, one row per figure.
     pub fn render(&self, title: &str) -> String {
         let classes = |map: &BTreeMap<String, u64>| {

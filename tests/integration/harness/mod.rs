@@ -7,6 +7,7 @@
 //! own database name and key prefix, so tests run in parallel against shared servers.
 
 pub mod backends;
+pub mod chromium;
 pub mod corpus;
 pub mod daemon;
 pub mod env;
