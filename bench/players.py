@@ -1,0 +1,154 @@
+"""Listeners held at 320 kbps without a stall: musicd, nginx serving the same files by
+path, and the seed's Node service (bench/peers/express.js), each ramped with
+`musicctl players --ramp` to LISTENERS. Also the tool's own CPU per 1,000 listeners.
+
+    bench/players.sh                      (PLAYERS_LISTENERS=4000 PLAYERS_SECONDS=40 by default)
+
+Writes bench/results/players.md. Loopback only; every run is bounded in time.
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import run  # noqa: E402  (the servers and helpers of bench/run.py)
+
+LISTENERS = int(os.environ.get("PLAYERS_LISTENERS", "4000"))
+SECONDS = int(os.environ.get("PLAYERS_SECONDS", "40"))
+STEPS = int(os.environ.get("PLAYERS_STEPS", "8"))
+TRACKS = 40
+# 100 s at 320 kbps: a listener asks for a new track (or seeks) now and then, not once.
+TRACK_BYTES = 4_000_000
+
+
+def players(url, ids, listeners, extra=()):
+    cmd = [str(run.REL / "musicctl"), "--config", str(CONFIG), "players", "--target", url, "--ids", str(ids),
+           "--listeners", str(listeners), "--duration", f"{SECONDS}s", "--ramp", "--ramp-steps", str(STEPS),
+           "--seek-rate", "0.5", "--skip-rate", "0.5", "--json", *extra]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        sys.exit(f"musicctl players failed: {out.stdout}{out.stderr}")
+
+
+def main():
+    global CONFIG
+    work = Path(tempfile.mkdtemp(prefix="musicd-players-"))
+    media = work / "media"
+    media.mkdir()
+    rnd = random.Random(7)
+    for i in range(TRACKS):
+        (media / f"t{i:02}.mp3").write_bytes(rnd.randbytes(TRACK_BYTES))
+    os.chmod(work, 0o755)
+    rport, mport = run.free_port(), run.free_port()
+    run.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", str(work), "--logfile", str(work / "redis.log")])
+    (work / "db").mkdir()
+    run.start([str(run.ROOT / ".tools/bin/mongod"), "--dbpath", str(work / "db"), "--port", str(mport),
+               "--bind_ip", "127.0.0.1", "--nounixsocket", "--wiredTigerCacheSizeGB", "0.5",
+               "--logpath", str(work / "mongod.log")])
+    run.wait_port(rport)
+    run.wait_port(mport)
+    musicd_port, nginx_port, node_port = run.free_port(), run.free_port(), run.free_port()
+    CONFIG = work / "musicd.toml"
+    CONFIG.write_text(
+        f'listen = "127.0.0.1:{musicd_port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n'
+        f'[limits]\nmax_connections = 30000\n'
+        f'[mongodb]\nuri = "mongodb://127.0.0.1:{mport}"\ndatabase = "players"\n'
+        f'[redis]\nurl = "redis://127.0.0.1:{rport}"\n'
+        f'[access_log]\nformat = "combined"\npath = "{work}/musicd-access.log"\n')
+    imported = subprocess.run([str(run.REL / "musicctl"), "--config", str(CONFIG), "import", str(media)],
+                              capture_output=True, text=True, check=True).stdout
+    rows = [line.split("\t") for line in imported.splitlines()]
+    ids = work / "ids.tsv"
+    ids.write_text("".join(f"{i}\t{p}\n" for i, p in rows))
+    by_path = work / "by-path.tsv"
+    by_path.write_text("".join(f"{Path(p).name}\t{p}\n" for _, p in rows))
+    (work / "paths.json").write_text(json.dumps({i: p for i, p in rows}))
+    musicd = run.start([str(run.REL / "musicd"), "--config", str(CONFIG), "run"])
+    run.wait_port(musicd_port)
+    user = "user root;" if os.geteuid() == 0 else ""
+    (work / "nginx.conf").write_text(f"""{user}
+worker_processes 2;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections 30000; }}
+http {{
+  access_log {work}/nginx-access.log combined buffer=64k flush=1s;
+  sendfile on; tcp_nopush on; tcp_nodelay on;
+  keepalive_requests 1000000;
+  open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s;
+  client_body_temp_path {work}/body; proxy_temp_path {work}/proxy;
+  fastcgi_temp_path {work}/fcgi; uwsgi_temp_path {work}/uwsgi; scgi_temp_path {work}/scgi;
+  server {{
+    listen 127.0.0.1:{nginx_port} backlog=4096;
+    # The same files by path: /musicdb/t07.mp3/any-name is /media/t07.mp3.
+    location /musicdb/ {{ rewrite ^/musicdb/([^/]+)/ /$1 break; root {media}; }}
+  }}
+}}
+""")
+    nginx = run.start(["nginx", "-p", str(work), "-c", str(work / "nginx.conf"), "-g", "daemon off;"])
+    run.wait_port(nginx_port)
+    time.sleep(0.3)
+    nginx_pids = [nginx.pid] + run.children(nginx.pid)
+    run.leftovers.extend(nginx_pids[1:])
+    targets = [("musicd", f"http://127.0.0.1:{musicd_port}", ids, [musicd.pid])]
+    targets.append(("nginx", f"http://127.0.0.1:{nginx_port}", by_path, nginx_pids))
+    if run.shutil.which("node"):
+        node = run.start(["node", str(run.ROOT / "bench/peers/express.js"), str(node_port), str(work / "paths.json")])
+        run.wait_port(node_port)
+        targets.append(("seed (Node)", f"http://127.0.0.1:{node_port}", ids, [node.pid]))
+    rows_out = []
+    for name, url, track_ids, pids in targets:
+        before = run.cpu_ticks(pids)
+        report = players(url, track_ids, LISTENERS)
+        server_cpu = (run.cpu_ticks(pids) - before) / run.TICK
+        listener_seconds = sum(step["listeners"] for step in report.get("ramp", [])) * SECONDS / STEPS
+        rows_out.append((name, report, server_cpu, listener_seconds))
+        print(name, json.dumps({k: report.get(k) for k in
+                                ("most_held", "listeners", "held", "stalls", "stalled_listeners", "errors", "tool_cpu_s")}),
+              file=sys.stderr)
+    lines = ["# Listeners held at 320 kbps without a stall", "",
+             f"{time.strftime('%Y-%m-%d')}. The machine: {run.machine()}.", "",
+             f"`bench/players.sh`: `musicctl players --ramp --ramp-steps {STEPS}` to {LISTENERS} listeners over "
+             f"{SECONDS} s against each server in turn, the same {TRACKS} files of {TRACK_BYTES // 1_000_000} MB "
+             "(100 s at 320 kbps each); listeners probe with HEAD, read at most 10 s ahead, start after 2 s "
+             "buffered, seek and skip 0.5 times a minute each. Access logs on everywhere. \"Most held\" is the "
+             "listeners of the last step before the first whose stalled listener-seconds or errors reached 0.1 %; the tool and the "
+             "servers share the machine's 2 cores.", "",
+             "| server | most held | listeners at the end | stalls | stalled listeners | errors | server CPU s | tool CPU s | tool CPU ms per 1,000 listener-s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, report, server_cpu, listener_seconds in rows_out:
+        errors = sum(report.get("errors", {}).values())
+        per_1000 = report["tool_cpu_s"] * 1000 / max(listener_seconds, 1e-9) * 1000
+        lines.append(f"| {name} | {report.get('most_held') or 0:,} | {report['listeners']:,} | {report['stalls']} | "
+                     f"{report['stalled_listeners']} | {errors} | {server_cpu:.1f} | {report['tool_cpu_s']:.1f} | "
+                     f"{per_1000:.1f} |")
+    lines += ["", "Each step (listeners: stalled share of listener-seconds, errors):", ""]
+    for name, report, _, _ in rows_out:
+        steps = ", ".join(f"{s['listeners']}: {s['stalled_share'] * 100:.2f} %/{s['errors']}" for s in report.get("ramp", []))
+        lines.append(f"- {name}: {steps}")
+    text = "\n".join(lines) + "\n"
+    out = run.ROOT / "bench" / "results" / "players.md"
+    out.write_text(text)
+    print(text)
+    run.shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import resource
+    import signal
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    signal.signal(signal.SIGTERM, lambda *a: (run.stop_all(), sys.exit(1)))
+    try:
+        main()
+    finally:
+        run.stop_all()
