@@ -27,7 +27,9 @@ use serde::Serialize;
 
 use super::AdminError;
 use super::traffic::client::{self, Ask, ErrorKind, Flow, Outcome};
-use super::traffic::{Percentiles, Recorder, Second, Summary, html, timeline_plots};
+use super::traffic::{
+    Percentiles, Recorder, Second, Summary, histogram, html, percentiles, resolve, timeline_plots,
+};
 
 /// What a listener sends before it streams a track.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -726,25 +728,8 @@ impl Playback {
     }
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
-}
-
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
-}
-
-fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
-    if histogram.is_empty() {
-        return Percentiles::default();
-    }
-    let ms = |v: u64| v as f64 / 1000.0;
-    Percentiles {
-        p50: ms(histogram.value_at_quantile(0.5)),
-        p90: ms(histogram.value_at_quantile(0.9)),
-        p99: ms(histogram.value_at_quantile(0.99)),
-        max: ms(histogram.max()),
-    }
 }
 
 /// This thread's CPU time (user + system), seconds, from `/proc/thread-self/stat`.
@@ -766,31 +751,6 @@ fn thread_cpu() -> f64 {
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name, in
     // clock ticks: 100 a second on every Linux this runs on (USER_HZ).
     (ticks(11) + ticks(12)) / 100.0
-}
-
-/// `http://host:port`.
-async fn resolve(url: &str) -> Result<(SocketAddr, String), AdminError> {
-    let usage = || AdminError::Usage(format!("`{url}` is not an http://host:port URL"));
-    let rest = url.strip_prefix("http://").ok_or_else(usage)?;
-    let host = rest
-        .split('/')
-        .next()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(usage)?;
-    let with_port = if host
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-    {
-        host.to_string()
-    } else {
-        format!("{host}:80")
-    };
-    let addr = tokio::net::lookup_host(&with_port)
-        .await
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| AdminError::Usage(format!("`{host}` does not resolve")))?;
-    Ok((addr, host.to_string()))
 }
 
 #[cfg(test)]

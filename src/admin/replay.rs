@@ -314,32 +314,9 @@ struct Service {
 }
 
 impl Service {
-    /// `http://host:port` (a path is ignored).
     async fn resolve(url: &str) -> Result<Service, AdminError> {
-        let usage = || AdminError::Usage(format!("`{url}` is not an http://host:port URL"));
-        let rest = url.strip_prefix("http://").ok_or_else(usage)?;
-        let host = rest
-            .split('/')
-            .next()
-            .filter(|h| !h.is_empty())
-            .ok_or_else(usage)?;
-        let with_port = if host
-            .rsplit_once(':')
-            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
-        {
-            host.to_string()
-        } else {
-            format!("{host}:80")
-        };
-        let addr = tokio::net::lookup_host(&with_port)
-            .await
-            .ok()
-            .and_then(|mut addrs| addrs.next())
-            .ok_or_else(|| AdminError::Usage(format!("`{host}` does not resolve")))?;
-        Ok(Service {
-            addr,
-            host: host.to_string(),
-        })
+        let (addr, host) = super::traffic::resolve(url).await?;
+        Ok(Service { addr, host })
     }
 }
 

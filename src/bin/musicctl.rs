@@ -176,15 +176,8 @@ enum Command {
         /// Connections at once with --speed max.
         #[arg(long, default_value_t = 256)]
         concurrency: usize,
-        /// Seconds a connect, or a silence of the server, may last.
-        #[arg(long, default_value_t = 30)]
-        timeout: u64,
-        /// Print JSON (no progress output).
-        #[arg(long)]
-        json: bool,
-        /// Also write a self-contained HTML page: the summary and plots over time.
-        #[arg(long)]
-        report: Option<PathBuf>,
+        #[command(flatten)]
+        output: TrafficOutput,
     },
     /// Synthetic listeners against a service: each picks tracks by Zipf popularity,
     /// probes, streams through a playback buffer at --bitrate, seeks and skips; stalls are
@@ -230,15 +223,8 @@ enum Command {
         /// Steps of --ramp.
         #[arg(long, default_value_t = 10)]
         ramp_steps: usize,
-        /// Seconds a connect, or a silence of the server, may last.
-        #[arg(long, default_value_t = 30)]
-        timeout: u64,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-        /// Also write a self-contained HTML page: the summary and plots over time.
-        #[arg(long)]
-        report: Option<PathBuf>,
+        #[command(flatten)]
+        output: TrafficOutput,
     },
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve {
@@ -248,6 +234,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What `replay` and `players` share: the bound on each wait, and how they report.
+#[derive(clap::Args)]
+struct TrafficOutput {
+    /// Seconds a connect, or a silence of the server, may last.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+    /// Print JSON (no progress output).
+    #[arg(long)]
+    json: bool,
+    /// Also write a self-contained HTML page: the summary and plots over time.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -463,9 +463,12 @@ fn run() -> anyhow::Result<ExitCode> {
                 against,
                 speed,
                 concurrency,
-                timeout,
-                json,
-                report: page,
+                output:
+                    TrafficOutput {
+                        timeout,
+                        json,
+                        report: page,
+                    },
             } => {
                 let options = admin::replay::ReplayOptions {
                     target,
@@ -499,9 +502,12 @@ fn run() -> anyhow::Result<ExitCode> {
                 skip_rate,
                 ramp,
                 ramp_steps,
-                timeout,
-                json,
-                report: page,
+                output:
+                    TrafficOutput {
+                        timeout,
+                        json,
+                        report: page,
+                    },
             } => {
                 let tracks = match ids {
                     Some(file) => admin::players::tracks_from_file(&file)?,

@@ -4,27 +4,20 @@
 
 use crate::harness::{TestEnv, pattern};
 
-/// Starts `musicctl players` with `args` against `url` over `ids`; its exit code and
-/// JSON report.
+/// Runs `musicctl players` with `args` against `url` over `ids`: its exit code and report.
 fn players(
     env: &TestEnv,
     url: &str,
     ids: &std::path::Path,
     args: &[&str],
 ) -> (Option<i32>, serde_json::Value) {
-    let output = env
-        .command("musicctl")
-        .arg("players")
-        .args(["--target", url, "--ids"])
-        .arg(ids)
-        .args(args)
-        .arg("--json")
-        .output()
-        .expect("musicctl players");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = serde_json::from_str(&stdout)
-        .unwrap_or_else(|err| panic!("{err}: {stdout}{}", String::from_utf8_lossy(&output.stderr)));
-    (output.status.code(), report)
+    let mut all: Vec<std::ffi::OsString> = ["players", "--target", url, "--ids"]
+        .iter()
+        .map(Into::into)
+        .collect();
+    all.push(ids.into());
+    all.extend(args.iter().map(Into::into));
+    env.musicctl_json(all)
 }
 
 /// Three tracks of 10 s at 320 kbps, and a file naming them as `musicctl list` does.

@@ -99,29 +99,18 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
     std::fs::write(&gz_path, gz.finish().expect("gzip")).expect("write gz");
 
     let page = plain_path.with_file_name("report.html");
-    let output = env
-        .command("musicctl")
-        .arg("replay")
-        .arg(&plain_path)
-        .arg(&gz_path)
-        .args([
-            "--target",
-            &server.url(""),
-            "--speed",
-            "10",
-            "--json",
-            "--report",
-        ])
-        .arg(&page)
-        .output()
-        .expect("musicctl replay");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    let (code, report) = env.musicctl_json(args(&[
+        &"replay",
+        &plain_path,
+        &gz_path,
+        &"--target",
+        &server.url(""),
+        &"--speed",
+        &"10",
+        &"--report",
+        &page,
+    ]));
+    assert_eq!(code, Some(0), "{report}");
     assert_eq!(report["requests"], twos + fours, "{report}");
     assert_eq!(report["statuses"]["2xx"], twos, "{report}");
     assert_eq!(report["statuses"]["4xx"], fours, "{report}");
@@ -156,25 +145,18 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
 
     // The same traffic to a second musicd side by side: both answer alike.
     let other = env.musicd().await;
-    let output = env
-        .command("musicctl")
-        .arg("replay")
-        .arg(&plain_path)
-        .arg(&gz_path)
-        .args([
-            "--target",
-            &server.url(""),
-            "--against",
-            &other.url(""),
-            "--speed",
-            "max",
-            "--json",
-        ])
-        .output()
-        .expect("musicctl replay --against");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
-    assert!(output.status.success(), "{report}");
+    let (code, report) = env.musicctl_json(args(&[
+        &"replay",
+        &plain_path,
+        &gz_path,
+        &"--target",
+        &server.url(""),
+        &"--against",
+        &other.url(""),
+        &"--speed",
+        &"max",
+    ]));
+    assert_eq!(code, Some(0), "{report}");
     assert_eq!(
         report["against"]["statuses"], report["statuses"],
         "{report}"
@@ -185,24 +167,17 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
 
     // A service that does not have the tracks: every replayed track differs, and it says so.
     let empty = TestEnv::new().await.musicd().await;
-    let output = env
-        .command("musicctl")
-        .arg("replay")
-        .arg(&plain_path)
-        .args([
-            "--target",
-            &server.url(""),
-            "--against",
-            &empty.url(""),
-            "--speed",
-            "max",
-            "--json",
-        ])
-        .output()
-        .expect("musicctl replay --against an empty service");
-    let report: serde_json::Value =
-        serde_json::from_str(&String::from_utf8_lossy(&output.stdout)).expect("JSON report");
-    assert_eq!(output.status.code(), Some(1), "{report}");
+    let (code, report) = env.musicctl_json(args(&[
+        &"replay",
+        &plain_path,
+        &"--target",
+        &server.url(""),
+        &"--against",
+        &empty.url(""),
+        &"--speed",
+        &"max",
+    ]));
+    assert_eq!(code, Some(1), "{report}");
     let whole_and_abandoned = report["statuses"]["2xx"].as_u64().unwrap_or(0);
     assert_eq!(report["differing"], whole_and_abandoned, "{report}");
     assert_eq!(report["differences"][0]["against"], 404, "{report}");
@@ -226,4 +201,12 @@ pub(crate) fn assert_plots(result: &str, plots: usize) {
         "every plot has a line drawn: {result}"
     );
     assert!(field("points") > 2 * plots, "{result}");
+}
+
+/// Command-line arguments of mixed kinds (text, paths).
+fn args(parts: &[&dyn AsRef<std::ffi::OsStr>]) -> Vec<std::ffi::OsString> {
+    parts
+        .iter()
+        .map(|part| part.as_ref().to_os_string())
+        .collect()
 }

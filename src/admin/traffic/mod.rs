@@ -77,7 +77,8 @@ pub struct Recorder {
     seconds: Vec<(u64, u64, Histogram<u64>)>,
 }
 
-fn histogram() -> Histogram<u64> {
+/// A latency histogram in microseconds.
+pub(crate) fn histogram() -> Histogram<u64> {
     // Microseconds, 1 µs to an hour, 3 significant digits: about 20 KiB each.
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
 }
@@ -175,6 +176,33 @@ impl Recorder {
     }
 }
 
+/// The address of `http://host[:port]` (a path is ignored), and the `Host` to ask for.
+pub(crate) async fn resolve(
+    url: &str,
+) -> Result<(std::net::SocketAddr, String), super::AdminError> {
+    let usage = || super::AdminError::Usage(format!("`{url}` is not an http://host:port URL"));
+    let rest = url.strip_prefix("http://").ok_or_else(usage)?;
+    let host = rest
+        .split('/')
+        .next()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(usage)?;
+    let with_port = if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    };
+    let addr = tokio::net::lookup_host(&with_port)
+        .await
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| super::AdminError::Usage(format!("`{host}` does not resolve")))?;
+    Ok((addr, host.to_string()))
+}
+
 /// `"2xx"` for 204.
 pub fn status_class(status: u16) -> String {
     format!("{}xx", status / 100)
@@ -184,7 +212,8 @@ fn ms(micros: u64) -> f64 {
     micros as f64 / 1000.0
 }
 
-fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
+/// A histogram's percentiles, in milliseconds.
+pub(crate) fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
     if histogram.is_empty() {
         return Percentiles::default();
     }

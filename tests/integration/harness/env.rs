@@ -174,6 +174,25 @@ impl TestEnv {
         started.elapsed()
     }
 
+    /// Runs `musicctl ARGS --json` on this world's config: its exit code and JSON report.
+    pub fn musicctl_json<I, A>(&self, args: I) -> (Option<i32>, serde_json::Value)
+    where
+        I: IntoIterator<Item = A>,
+        A: AsRef<std::ffi::OsStr>,
+    {
+        let output = self
+            .command("musicctl")
+            .args(args)
+            .arg("--json")
+            .output()
+            .expect("musicctl runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let report = serde_json::from_str(&stdout).unwrap_or_else(|err| {
+            panic!("{err}: {stdout}{}", String::from_utf8_lossy(&output.stderr))
+        });
+        (output.status.code(), report)
+    }
+
     /// Writes a file under the media root.
     pub fn write_file(&self, relative: &str, bytes: &[u8]) -> PathBuf {
         let path = self.media.join(relative);
