@@ -46,15 +46,7 @@ def main():
     for i in range(TRACKS):
         (media / f"t{i:02}.mp3").write_bytes(rnd.randbytes(TRACK_BYTES))
     os.chmod(work, 0o755)
-    rport, mport = run.free_port(), run.free_port()
-    run.start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", str(work), "--logfile", str(work / "redis.log")])
-    (work / "db").mkdir()
-    run.start([str(run.ROOT / ".tools/bin/mongod"), "--dbpath", str(work / "db"), "--port", str(mport),
-               "--bind_ip", "127.0.0.1", "--nounixsocket", "--wiredTigerCacheSizeGB", "0.5",
-               "--logpath", str(work / "mongod.log")])
-    run.wait_port(rport)
-    run.wait_port(mport)
+    rport, mport = run.backends(work)
     musicd_port, nginx_port, node_port = run.free_port(), run.free_port(), run.free_port()
     CONFIG = work / "musicd.toml"
     CONFIG.write_text(

@@ -129,6 +129,19 @@ def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS):
     }
 
 
+def backends(work):
+    """A private redis-server and mongod under `work`, listening: their ports."""
+    rport, mport = free_port(), free_port()
+    start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+           "--dir", str(work), "--logfile", str(work / "redis.log")])
+    (work / "db").mkdir()
+    start([str(ROOT / ".tools/bin/mongod"), "--dbpath", str(work / "db"), "--port", str(mport), "--bind_ip",
+           "127.0.0.1", "--nounixsocket", "--wiredTigerCacheSizeGB", "0.5", "--logpath", str(work / "mongod.log")])
+    wait_port(rport)
+    wait_port(mport)
+    return rport, mport
+
+
 def machine():
     """What the run ran on, for the report: cores, CPU, memory, OS, kernel, every server."""
     def first_line(cmd):
@@ -181,14 +194,7 @@ def main():
         (many / f"f{i:04}.mp3").write_bytes(rnd.randbytes(rnd.randint(2048, 8192)))
     os.chmod(work, 0o755)
 
-    rport, mport = free_port(), free_port()
-    start(["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-           "--dir", str(work), "--logfile", str(work / "redis.log")])
-    (work / "db").mkdir()
-    start([str(ROOT / ".tools/bin/mongod"), "--dbpath", str(work / "db"), "--port", str(mport), "--bind_ip",
-           "127.0.0.1", "--nounixsocket", "--wiredTigerCacheSizeGB", "0.5", "--logpath", str(work / "mongod.log")])
-    wait_port(rport)
-    wait_port(mport)
+    rport, mport = backends(work)
 
     def config(name, port, extra="", database="bench", access_log='format = "off"'):
         path = work / f"{name}.toml"
