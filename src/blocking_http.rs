@@ -20,13 +20,13 @@ pub struct RequestError {
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A whole reply: the server's status, content type and body.
-pub struct Reply {
+pub(crate) struct Reply {
     /// The status.
-    pub status: u16,
+    pub(crate) status: u16,
     /// `Content-Type`, when sent.
-    pub content_type: Option<String>,
+    pub(crate) content_type: Option<String>,
     /// The body, de-chunked.
-    pub body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 /// Sends `method path` with `headers` (`name: value` lines) to `base` (`http://host:port`),

@@ -107,7 +107,7 @@ enum Client {
 }
 
 /// A shared, reconnecting Redis connection.
-pub struct RedisLink {
+pub(crate) struct RedisLink {
     /// Where to connect.
     client: Client,
     /// Bound on connecting and on each command.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::AdminError;
 
 /// The URL regex of one track id under these route prefixes.
-pub fn id_regex(prefixes: &[String], id: &str) -> String {
+pub(crate) fn id_regex(prefixes: &[String], id: &str) -> String {
     format!("{}{}([/?]|$)", prefix_group(prefixes), regex_escape(id))
 }
 
@@ -28,7 +28,7 @@ pub(crate) fn everything_regex(prefixes: &[String]) -> String {
 
 /// The URL regex of the ids a Redis glob under `key_prefix` matches; `None` when the
 /// glob is not under the key prefix (it names no track).
-pub fn glob_regex(prefixes: &[String], key_prefix: &str, glob: &str) -> Option<String> {
+pub(crate) fn glob_regex(prefixes: &[String], key_prefix: &str, glob: &str) -> Option<String> {
     let ids = glob.strip_prefix(key_prefix)?;
     let mut out = prefix_group(prefixes);
     let mut chars = ids.chars().peekable();
@@ -90,28 +90,28 @@ pub(crate) fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BanOutcome {
     /// The cache (`[http_caches] ban_urls`).
-    pub url: String,
+    pub(crate) url: String,
     /// The URL regex banned.
-    pub regex: String,
+    pub(crate) regex: String,
     /// The status it answered (200: taken).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// Why it could not be asked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
     /// Not sent: a dry run.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 impl BanOutcome {
     /// Whether the cache took the ban (a dry run takes nothing and fails nothing).
-    pub fn taken(&self) -> bool {
+    pub(crate) fn taken(&self) -> bool {
         self.dry_run || self.status == Some(200)
     }
 
     /// One line: `ban: url regex -> status`.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         match (self.status, &self.error) {
             (Some(status), _) => format!("ban: {} {} -> {status}", self.url, self.regex),
             (None, Some(error)) => format!("ban: {} failed: {error}", self.url),

@@ -15,49 +15,49 @@ use crate::config::Config;
 
 /// One server's answer to one URL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Fetched {
+pub(crate) struct Fetched {
     /// The status, or 0 when there was no answer.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Body bytes.
-    pub length: u64,
+    pub(crate) length: u64,
     /// `Content-Type`, when sent.
     pub(crate) content_type: Option<String>,
     /// SHA-256 of the body, hex.
     pub(crate) sha256: String,
     /// A 200 whose body is the old service's `no file`.
-    pub no_file: bool,
+    pub(crate) no_file: bool,
     /// Why there was no answer.
     pub(crate) error: Option<String>,
 }
 
 /// The comparison of one track.
 #[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     /// The track id.
-    pub id: String,
+    pub(crate) id: String,
     /// musicd's answer.
-    pub musicd: Fetched,
+    pub(crate) musicd: Fetched,
     /// The other server's.
-    pub other: Fetched,
+    pub(crate) other: Fetched,
     /// Status, length, type and body all agree.
-    pub agree: bool,
+    pub(crate) agree: bool,
     /// What differs.
-    pub differences: Vec<String>,
+    pub(crate) differences: Vec<String>,
 }
 
 /// A comparison over a sample of the catalogue.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompareReport {
     /// Tracks compared.
-    pub compared: usize,
+    pub(crate) compared: usize,
     /// Tracks both servers answered alike.
-    pub agree: usize,
+    pub(crate) agree: usize,
     /// Tracks they answered differently.
-    pub disagree: usize,
+    pub(crate) disagree: usize,
     /// Tracks the other server answered `200 "no file"`.
-    pub no_file_with_200: usize,
+    pub(crate) no_file_with_200: usize,
     /// Each track.
-    pub tracks: Vec<Comparison>,
+    pub(crate) tracks: Vec<Comparison>,
 }
 
 impl CompareReport {

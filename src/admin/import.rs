@@ -25,22 +25,22 @@ const BATCH: usize = 1000;
 
 /// One newly inserted track.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Imported {
+pub(crate) struct Imported {
     /// Its new id.
-    pub id: ObjectId,
+    pub(crate) id: ObjectId,
     /// Its canonical path.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
 }
 
 /// What an import did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ImportReport {
     /// Audio files found.
-    pub found: usize,
+    pub(crate) found: usize,
     /// New documents.
-    pub inserted: Vec<Imported>,
+    pub(crate) inserted: Vec<Imported>,
     /// Files that already had a document.
-    pub already_present: usize,
+    pub(crate) already_present: usize,
 }
 
 impl ImportReport {

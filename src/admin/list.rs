@@ -9,15 +9,15 @@ use crate::catalog::mongo::{StoredPath, stored_path};
 
 /// One catalogue entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
+pub(crate) struct Listed {
     /// The id.
-    pub id: ObjectId,
+    pub(crate) id: ObjectId,
     /// The path field (or why it is unusable).
-    pub path: StoredPath,
+    pub(crate) path: StoredPath,
 }
 
 /// Calls `each` for up to `limit` tracks in id order, without holding them all in memory.
-pub async fn list(
+pub(crate) async fn list(
     backends: &Backends,
     limit: Option<u64>,
     mut each: impl FnMut(Listed),

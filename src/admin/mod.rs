@@ -2,7 +2,7 @@
 //! clients come from [`crate::catalog::backends`], like the daemon's), [`crate::media`],
 //! [`crate::signing`] and [`crate::config`]; none of them reaches into the HTTP server.
 
-pub mod ban;
+pub(crate) mod ban;
 pub mod compare;
 pub mod health;
 pub mod import;
@@ -14,7 +14,7 @@ pub mod reindex;
 pub mod replay;
 pub mod resolve;
 pub mod sign;
-pub mod traffic;
+pub(crate) mod traffic;
 pub mod verify;
 
 use crate::catalog::mongo::StoreError;

@@ -46,9 +46,9 @@ pub enum Probe {
 #[derive(Debug, Clone)]
 pub struct Track {
     /// Its id.
-    pub id: String,
+    pub(crate) id: String,
     /// The cosmetic name at the end of its URL.
-    pub name: String,
+    pub(crate) name: String,
 }
 
 /// How the listeners behave.
@@ -84,13 +84,13 @@ pub struct PlayersOptions {
 
 /// One step of a ramp.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Step {
+pub(crate) struct Step {
     /// Listeners during the step.
-    pub listeners: usize,
+    pub(crate) listeners: usize,
     /// Stalled listener-seconds over listener-seconds in the step.
-    pub stalled_share: f64,
+    pub(crate) stalled_share: f64,
     /// Errors in the step.
-    pub errors: u64,
+    pub(crate) errors: u64,
 }
 
 /// What the listeners saw.
@@ -98,39 +98,39 @@ pub struct Step {
 pub struct PlayersReport {
     /// Every request's figures.
     #[serde(flatten)]
-    pub summary: Summary,
+    pub(crate) summary: Summary,
     /// Listeners started.
-    pub listeners: usize,
+    pub(crate) listeners: usize,
     /// Listeners that played to the end of the run without an error.
-    pub held: usize,
+    pub(crate) held: usize,
     /// Times a playback buffer ran dry.
-    pub stalls: u64,
+    pub(crate) stalls: u64,
     /// Listeners that stalled at least once.
-    pub stalled_listeners: usize,
+    pub(crate) stalled_listeners: usize,
     /// Time from asking for a track to playback starting, first plays.
-    pub start_ms: Percentiles,
+    pub(crate) start_ms: Percentiles,
     /// The same after a seek.
-    pub seek_start_ms: Percentiles,
+    pub(crate) seek_start_ms: Percentiles,
     /// Body bytes per second over the run.
-    pub bytes_per_sec: f64,
+    pub(crate) bytes_per_sec: f64,
     /// The tool's own CPU time (user + system) for the run, seconds.
-    pub tool_cpu_s: f64,
+    pub(crate) tool_cpu_s: f64,
     /// With a ramp: each step.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub ramp: Vec<Step>,
+    pub(crate) ramp: Vec<Step>,
     /// With a ramp: the most listeners held, every step up to them with stalls under 0.1 %
     /// of listener-seconds and errors under 0.1 % of listeners.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub most_held: Option<usize>,
+    pub(crate) most_held: Option<usize>,
     /// Second by second (for the HTML report).
     #[serde(skip)]
-    pub timeline: Vec<Second>,
+    pub(crate) timeline: Vec<Second>,
     /// Listeners playing, second by second.
     #[serde(skip)]
-    pub listeners_by_second: Vec<f64>,
+    pub(crate) listeners_by_second: Vec<f64>,
     /// Stalls, second by second.
     #[serde(skip)]
-    pub stalls_by_second: Vec<f64>,
+    pub(crate) stalls_by_second: Vec<f64>,
 }
 
 impl PlayersReport {
@@ -588,7 +588,7 @@ async fn backoff() {
 /// A player's buffer: bytes arrive, the playhead moves at the bitrate once playback has
 /// started, and the buffer running dry before the end is a stall.
 #[derive(Debug)]
-pub struct Playback {
+pub(crate) struct Playback {
     rate: f64,
     prebuffer: f64,
     ahead_max: f64,
@@ -600,22 +600,22 @@ pub struct Playback {
     /// When buffering: where the playhead waits.
     played: f64,
     /// When playback first started.
-    pub started_at: Option<Instant>,
+    pub(crate) started_at: Option<Instant>,
     /// Times the buffer ran dry.
-    pub stalls: u64,
+    pub(crate) stalls: u64,
     /// Time spent stalled.
-    pub stalled: Duration,
+    pub(crate) stalled: Duration,
     stalled_since: Option<Instant>,
     /// Leave after this much playback (a seek or a skip).
     leave_at: Option<f64>,
     /// Whether the transfer was left before its end.
-    pub left_early: bool,
+    pub(crate) left_early: bool,
 }
 
 impl Playback {
     /// A buffer playing `rate` bytes per second, starting after `prebuffer`, reading at
     /// most `buffer` ahead, and leaving after `leave_after` of playback, if given.
-    pub fn new(
+    pub(crate) fn new(
         rate: f64,
         prebuffer: Duration,
         buffer: Duration,
@@ -649,7 +649,7 @@ impl Playback {
 
     /// `got` bytes have arrived by `now` (of `declared`, when known): whether to read on,
     /// and how long to wait before the next read.
-    pub fn arrived(
+    pub(crate) fn arrived(
         &mut self,
         got: u64,
         declared: Option<u64>,
@@ -703,7 +703,7 @@ impl Playback {
     }
 
     /// The run ends at `now`: a buffer that is dry then is a stall still under way.
-    pub fn finish(&mut self, now: Instant) {
+    pub(crate) fn finish(&mut self, now: Instant) {
         let ended = self.length.is_some_and(|length| self.received >= length);
         if let Some((since, at)) = self.playing
             && self.playhead(now) > self.received as f64
@@ -722,7 +722,7 @@ impl Playback {
     }
 
     /// How long the buffered rest takes to play.
-    pub fn left_to_play(&self, now: Instant) -> Duration {
+    pub(crate) fn left_to_play(&self, now: Instant) -> Duration {
         let left = self.received as f64 - self.playhead(now);
         Duration::from_secs_f64((left / self.rate).max(0.0))
     }

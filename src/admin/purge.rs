@@ -41,17 +41,17 @@ pub struct PurgeOptions {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct PurgeReport {
     /// Masters scanned.
-    pub nodes: usize,
+    pub(crate) nodes: usize,
     /// Keys that matched.
-    pub matched: u64,
+    pub(crate) matched: u64,
     /// Keys removed (a key that expired between SCAN and UNLINK is matched, not removed).
-    pub removed: u64,
+    pub(crate) removed: u64,
     /// Keys whose UNLINK failed.
-    pub failed: u64,
+    pub(crate) failed: u64,
     /// A few matching keys, shown with non-printable bytes escaped.
-    pub sample: Vec<String>,
+    pub(crate) sample: Vec<String>,
     /// Wall time in seconds.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Whether this was a dry run.
     pub(crate) dry_run: bool,
 }
@@ -232,12 +232,12 @@ pub struct PurgeProgress {
 }
 
 /// Whether a pattern matches every key (needs `--force`).
-pub fn matches_everything(pattern: &[u8]) -> bool {
+pub(crate) fn matches_everything(pattern: &[u8]) -> bool {
     pattern.iter().all(|&b| b == b'*')
 }
 
 /// Purges the keys matching `options.pattern` on every master of `target`.
-pub async fn purge(
+pub(crate) async fn purge(
     target: &RedisTarget,
     timeout: Duration,
     options: &PurgeOptions,

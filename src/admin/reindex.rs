@@ -35,23 +35,23 @@ pub struct ReindexOptions {
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ReindexReport {
     /// Documents read.
-    pub documents: u64,
+    pub(crate) documents: u64,
     /// Cache entries written.
-    pub indexed: u64,
+    pub(crate) indexed: u64,
     /// Documents whose file does not exist (or is not a regular file).
-    pub missing_file: u64,
+    pub(crate) missing_file: u64,
     /// Documents whose path resolves outside the media roots.
-    pub outside_roots: u64,
+    pub(crate) outside_roots: u64,
     /// Documents without a usable id or path.
-    pub invalid_document: u64,
+    pub(crate) invalid_document: u64,
     /// Entries whose write failed.
-    pub write_failed: u64,
+    pub(crate) write_failed: u64,
     /// Cache entries examined by `--prune`.
-    pub cache_entries: u64,
+    pub(crate) cache_entries: u64,
     /// Stale cache entries removed by `--prune`.
-    pub pruned: u64,
+    pub(crate) pruned: u64,
     /// Wall time in seconds.
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     /// Whether this was a dry run.
     pub(crate) dry_run: bool,
     /// Whether stale cache entries were looked for.

@@ -63,15 +63,15 @@ pub struct ReplayOptions {
 
 /// Where two services answered a track differently.
 #[derive(Debug, Clone, Serialize)]
-pub struct Difference {
+pub(crate) struct Difference {
     /// The track id.
-    pub id: String,
+    pub(crate) id: String,
     /// The request target.
-    pub target: String,
+    pub(crate) target: String,
     /// The status the target answered (0: none).
-    pub status: u16,
+    pub(crate) status: u16,
     /// The status the other service answered (0: none).
-    pub against: u16,
+    pub(crate) against: u16,
 }
 
 /// What a replay did.
@@ -79,24 +79,24 @@ pub struct Difference {
 pub struct ReplayReport {
     /// The target's side.
     #[serde(flatten)]
-    pub summary: Summary,
+    pub(crate) summary: Summary,
     /// The statuses the log recorded for the requests replayed, by class.
-    pub log_statuses: BTreeMap<String, u64>,
+    pub(crate) log_statuses: BTreeMap<String, u64>,
     /// Log lines not replayed: not a track request, not GET or HEAD, or unreadable.
-    pub skipped_lines: u64,
+    pub(crate) skipped_lines: u64,
     /// The other service's side, with `--against`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub against: Option<Summary>,
+    pub(crate) against: Option<Summary>,
     /// Tracks whose status class differed between the two, with `--against` (at most 100
     /// listed; `differing` counts them all).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub differences: Option<Vec<Difference>>,
+    pub(crate) differences: Option<Vec<Difference>>,
     /// How many requests the two answered with a different status class.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub differing: Option<u64>,
+    pub(crate) differing: Option<u64>,
     /// Second by second, the target's and the other service's.
     #[serde(skip)]
-    pub timelines: Vec<(String, Vec<Second>)>,
+    pub(crate) timelines: Vec<(String, Vec<Second>)>,
 }
 
 impl ReplayReport {

@@ -10,23 +10,23 @@ use crate::catalog::{Cached, StoredPath};
 #[derive(Debug, Serialize)]
 pub struct ResolveReport {
     /// The id.
-    pub id: String,
+    pub(crate) id: String,
     /// The Redis key.
-    pub key: String,
+    pub(crate) key: String,
     /// `path`, `negative`, `absent` or `error: ...`.
-    pub cache: String,
+    pub(crate) cache: String,
     /// The cached path, if any.
-    pub cached_path: Option<String>,
+    pub(crate) cached_path: Option<String>,
     /// `found`, `not found`, `invalid: ...` or `error: ...`.
-    pub database: String,
+    pub(crate) database: String,
     /// The document's path, if any.
-    pub database_path: Option<String>,
+    pub(crate) database_path: Option<String>,
     /// The canonical file, when it would be served.
-    pub file: Option<String>,
+    pub(crate) file: Option<String>,
     /// Why it would not be served, if so.
-    pub problem: Option<String>,
+    pub(crate) problem: Option<String>,
     /// Whether musicd would serve the id.
-    pub servable: bool,
+    pub(crate) servable: bool,
 }
 
 impl ResolveReport {

@@ -106,7 +106,7 @@ pub(crate) struct Finding {
 
 /// What a verify run found.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct VerifyReport {
+pub(crate) struct VerifyReport {
     /// Documents checked.
     pub(crate) checked: u64,
     /// Findings by kind.
@@ -117,13 +117,13 @@ pub struct VerifyReport {
 
 impl VerifyReport {
     /// 0: nothing but warnings (nothing at all with `strict`); 1: findings.
-    pub fn exit_code(&self, strict: bool) -> u8 {
+    pub(crate) fn exit_code(&self, strict: bool) -> u8 {
         let failing = self.findings.iter().any(|f| strict || !f.kind.is_warning());
         u8::from(failing)
     }
 
     /// A table for a terminal.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for finding in &self.findings {
             out.push_str(&format!(
@@ -154,16 +154,16 @@ impl VerifyReport {
 
 /// What [`fix`] did.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Fixed {
+pub(crate) struct Fixed {
     /// Stale cache entries removed.
-    pub pruned: u64,
+    pub(crate) pruned: u64,
     /// Orphans imported.
-    pub imported: u64,
+    pub(crate) imported: u64,
 }
 
 impl VerifyReport {
     /// The safe repairs `fix` would make: stale entries to remove, orphans to import.
-    pub fn repairs(&self) -> (Vec<ObjectId>, Vec<PathBuf>) {
+    pub(crate) fn repairs(&self) -> (Vec<ObjectId>, Vec<PathBuf>) {
         let stale = self
             .findings
             .iter()
@@ -180,7 +180,7 @@ impl VerifyReport {
     }
 
     /// The exit code once `fixed` was done: repaired findings no longer count.
-    pub fn exit_code_after(&self, fixed: &Fixed, strict: bool) -> u8 {
+    pub(crate) fn exit_code_after(&self, fixed: &Fixed, strict: bool) -> u8 {
         let (stale, orphans) = self.repairs();
         let repaired = |kind: Kind| match kind {
             Kind::CacheStale => fixed.pruned >= stale.len() as u64,
@@ -211,10 +211,10 @@ pub enum Repairs {
 pub struct Verified {
     /// The check.
     #[serde(flatten)]
-    pub report: VerifyReport,
+    pub(crate) report: VerifyReport,
     /// What the repairs did, when they were made.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fixed: Option<Fixed>,
+    pub(crate) fixed: Option<Fixed>,
     #[serde(skip)]
     repairs: Repairs,
 }
@@ -271,7 +271,7 @@ pub async fn verify_and_repair(
 
 /// Makes the safe repairs of a report: removes its stale cache entries (deleting an entry
 /// is always safe: the next request reads the document through) and imports its orphans.
-pub async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fixed, AdminError> {
+pub(crate) async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fixed, AdminError> {
     let (stale, orphans) = report.repairs();
     let mut fixed = Fixed::default();
     for id in &stale {
@@ -327,7 +327,7 @@ fn path_key(path: &std::path::Path) -> u64 {
 }
 
 /// Walks the catalogue, the media roots and the cache.
-pub async fn verify(
+pub(crate) async fn verify(
     backends: &Backends,
     target: &RedisTarget,
     timeout: Duration,

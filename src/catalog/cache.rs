@@ -91,12 +91,12 @@ impl TrackCache {
     }
 
     /// The Redis key of a track.
-    pub fn key(&self, id: &ObjectId) -> String {
+    pub(crate) fn key(&self, id: &ObjectId) -> String {
         format!("{}{}", self.prefix, id.to_hex())
     }
 
     /// The link, for health checks.
-    pub fn link(&self) -> &RedisLink {
+    pub(crate) fn link(&self) -> &RedisLink {
         &self.link
     }
 
@@ -120,7 +120,7 @@ impl TrackCache {
     }
 
     /// The key prefix.
-    pub fn prefix(&self) -> &str {
+    pub(crate) fn prefix(&self) -> &str {
         &self.prefix
     }
 
@@ -169,7 +169,7 @@ impl TrackCache {
     }
 
     /// Removes one id's entry; true if there was one.
-    pub async fn forget(&self, id: &ObjectId) -> Result<bool, CacheError> {
+    pub(crate) async fn forget(&self, id: &ObjectId) -> Result<bool, CacheError> {
         let key = self.key(id);
         let removed: u64 =
             self.link

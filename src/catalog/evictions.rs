@@ -108,7 +108,7 @@ impl EvictionStatus {
 }
 
 /// Publishes evictions of `ids` (or of everything) on `link`; how many subscribers heard it.
-pub async fn publish(
+pub(crate) async fn publish(
     link: &RedisLink,
     prefix: &str,
     ids: Option<&[ObjectId]>,

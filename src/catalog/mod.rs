@@ -8,7 +8,7 @@
 
 pub mod backends;
 pub mod cache;
-pub mod evictions;
+pub(crate) mod evictions;
 pub(crate) mod local;
 pub(crate) mod mongo;
 

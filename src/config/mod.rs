@@ -126,7 +126,7 @@ pub(crate) struct CorsConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Address the HTTP server listens on.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// A separate address for `/metrics` and `/readyz` (and `/healthz`); when set, the
     /// public address answers those two 404.
     pub(crate) ops_listen: Option<SocketAddr>,

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 /// Why an exchange did not complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// The connection could not be made.
     Connect,
     /// The server went silent past the timeout.
@@ -31,7 +31,7 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     /// Its name in reports.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorKind::Connect => "connect",
             ErrorKind::Timeout => "timeout",
@@ -45,34 +45,34 @@ impl ErrorKind {
 
 /// A request to make.
 #[derive(Debug, Clone)]
-pub struct Ask<'a> {
+pub(crate) struct Ask<'a> {
     /// `GET` or `HEAD`.
-    pub method: &'a str,
+    pub(crate) method: &'a str,
     /// Path and query.
-    pub target: &'a str,
+    pub(crate) target: &'a str,
     /// The `Host` header.
-    pub host: &'a str,
+    pub(crate) host: &'a str,
     /// A `Range` header, if any.
-    pub range: Option<&'a str>,
+    pub(crate) range: Option<&'a str>,
     /// Read at most this many body bytes, then close (an abandoned download).
-    pub read_at_most: Option<u64>,
+    pub(crate) read_at_most: Option<u64>,
 }
 
 /// How an exchange went.
 #[derive(Debug, Clone, Copy)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The status, when a head arrived.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// When the first byte of the answer arrived, from the start.
-    pub ttfb: Option<Duration>,
+    pub(crate) ttfb: Option<Duration>,
     /// From the start to the end (the last byte read, or the failure).
-    pub latency: Duration,
+    pub(crate) latency: Duration,
     /// Body bytes read.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// The body's declared length, if any.
-    pub declared: Option<u64>,
+    pub(crate) declared: Option<u64>,
     /// Why it did not complete.
-    pub error: Option<ErrorKind>,
+    pub(crate) error: Option<ErrorKind>,
 }
 
 /// Bytes read per step.
@@ -80,7 +80,7 @@ const READ_CHUNK: usize = 16 * 1024;
 
 /// Whether to go on reading a body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     /// Read on.
     Continue,
     /// Close the connection now: the player moved on (a seek or a skip). Not an error.
@@ -100,7 +100,7 @@ const MAX_HEAD: usize = 32 * 1024;
 /// `pace(bytes_so_far, declared_length)` is awaited before each read of the body: a
 /// listener's playback buffer holds reads back there, or stops the transfer; a plain
 /// download passes `|_, _| async { Flow::Continue }`.
-pub async fn exchange<F, Fut>(
+pub(crate) async fn exchange<F, Fut>(
     addr: SocketAddr,
     ask: &Ask<'_>,
     timeout: Duration,

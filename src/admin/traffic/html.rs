@@ -7,22 +7,22 @@ use std::fmt::Write;
 
 /// A line on a plot.
 #[derive(Debug, Clone)]
-pub struct Series {
+pub(crate) struct Series {
     /// Its name in the legend.
-    pub name: String,
+    pub(crate) name: String,
     /// One value per second.
-    pub values: Vec<f64>,
+    pub(crate) values: Vec<f64>,
 }
 
 /// A plot: a title, a unit, and its lines.
 #[derive(Debug, Clone)]
-pub struct Plot {
+pub(crate) struct Plot {
     /// What it shows.
-    pub title: String,
+    pub(crate) title: String,
     /// The unit of its values.
-    pub unit: String,
+    pub(crate) unit: String,
     /// Its lines.
-    pub series: Vec<Series>,
+    pub(crate) series: Vec<Series>,
 }
 
 const WIDTH: f64 = 720.0;
@@ -31,7 +31,7 @@ const MARGIN: f64 = 48.0;
 const COLORS: [&str; 4] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
 
 /// The whole page.
-pub fn page(title: &str, rows: &[(String, String)], plots: &[Plot]) -> String {
+pub(crate) fn page(title: &str, rows: &[(String, String)], plots: &[Plot]) -> String {
     let mut out = String::new();
     let _ = write!(
         out,

@@ -14,32 +14,32 @@ use super::super::AdminError;
 
 /// One request from a log.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Logged {
+pub(crate) struct Logged {
     /// When it came, in milliseconds since the epoch.
-    pub at_ms: u64,
+    pub(crate) at_ms: u64,
     /// `GET` or `HEAD` (other methods are kept, and replayed as they were).
-    pub method: String,
+    pub(crate) method: String,
     /// The request target as logged (path and query).
-    pub target: String,
+    pub(crate) target: String,
     /// The status it was answered.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Body bytes sent.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Its `Range`, when the log says.
-    pub range: Option<String>,
+    pub(crate) range: Option<String>,
 }
 
 /// What a log held.
 #[derive(Debug, Default)]
-pub struct ReadLog {
+pub(crate) struct ReadLog {
     /// The requests, in log order.
-    pub requests: Vec<Logged>,
+    pub(crate) requests: Vec<Logged>,
     /// Lines that were not a request or could not be read.
-    pub skipped: u64,
+    pub(crate) skipped: u64,
 }
 
 /// Reads every line of the logs at `paths` (each gzip or plain), in order.
-pub fn read_logs(paths: &[impl AsRef<Path>]) -> Result<ReadLog, AdminError> {
+pub(crate) fn read_logs(paths: &[impl AsRef<Path>]) -> Result<ReadLog, AdminError> {
     let mut log = ReadLog::default();
     for path in paths {
         let path = path.as_ref();
@@ -67,7 +67,7 @@ pub fn read_logs(paths: &[impl AsRef<Path>]) -> Result<ReadLog, AdminError> {
 }
 
 /// One line in any of the formats.
-pub fn parse_line(line: &[u8]) -> Option<Logged> {
+pub(crate) fn parse_line(line: &[u8]) -> Option<Logged> {
     let text = std::str::from_utf8(line).ok()?.trim();
     if text.starts_with('{') {
         parse_json(text)

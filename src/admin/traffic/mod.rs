@@ -7,9 +7,9 @@
 //!   whatever the number of requests), and a per-second timeline for the report's plots;
 //!   [`Summary`] is what it says at the end.
 
-pub mod client;
-pub mod html;
-pub mod log;
+pub(crate) mod client;
+pub(crate) mod html;
+pub(crate) mod log;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,51 +21,51 @@ use self::client::{ErrorKind, Outcome};
 
 /// Percentiles of a latency, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Percentiles {
+pub(crate) struct Percentiles {
     /// Median.
-    pub p50: f64,
+    pub(crate) p50: f64,
     /// 90th percentile.
-    pub p90: f64,
+    pub(crate) p90: f64,
     /// 99th percentile.
-    pub p99: f64,
+    pub(crate) p99: f64,
     /// The largest.
-    pub max: f64,
+    pub(crate) max: f64,
 }
 
 /// What a run saw, by the field names of `--json`.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Requests made.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// The target's answers, by class (`"2xx"` … `"5xx"`).
-    pub statuses: BTreeMap<String, u64>,
+    pub(crate) statuses: BTreeMap<String, u64>,
     /// Requests that did not complete, by kind.
-    pub errors: BTreeMap<String, u64>,
+    pub(crate) errors: BTreeMap<String, u64>,
     /// From sending the request to the last byte read.
-    pub latency_ms: Percentiles,
+    pub(crate) latency_ms: Percentiles,
     /// From sending the request to the first byte of the answer.
-    pub ttfb_ms: Percentiles,
+    pub(crate) ttfb_ms: Percentiles,
     /// Body bytes read.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// From the first request sent to the last answer finished.
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
 }
 
 /// One second of a run, for the report's plots.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Second {
+pub(crate) struct Second {
     /// Requests finished in this second.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Of those, errors.
-    pub errors: u64,
+    pub(crate) errors: u64,
     /// Their median latency, in milliseconds.
-    pub p50_ms: f64,
+    pub(crate) p50_ms: f64,
     /// Their 99th-percentile latency, in milliseconds.
-    pub p99_ms: f64,
+    pub(crate) p99_ms: f64,
 }
 
 /// Counts outcomes as they come.
-pub struct Recorder {
+pub(crate) struct Recorder {
     requests: u64,
     statuses: BTreeMap<String, u64>,
     errors: BTreeMap<ErrorKind, u64>,
@@ -101,14 +101,14 @@ impl Default for Recorder {
 
 impl Recorder {
     /// Marks a request sent at `at`.
-    pub fn sent(&mut self, at: std::time::Instant) {
+    pub(crate) fn sent(&mut self, at: std::time::Instant) {
         if self.first_sent.is_none_or(|first| at < first) {
             self.first_sent = Some(at);
         }
     }
 
     /// Counts one outcome, finished at `done`.
-    pub fn record(&mut self, outcome: &Outcome, done: std::time::Instant) {
+    pub(crate) fn record(&mut self, outcome: &Outcome, done: std::time::Instant) {
         self.requests += 1;
         if let Some(status) = outcome.status {
             *self.statuses.entry(status_class(status)).or_default() += 1;
@@ -137,13 +137,8 @@ impl Recorder {
         }
     }
 
-    /// Requests counted so far.
-    pub fn requests(&self) -> u64 {
-        self.requests
-    }
-
     /// What the run saw.
-    pub fn summary(&self) -> Summary {
+    pub(crate) fn summary(&self) -> Summary {
         Summary {
             requests: self.requests,
             statuses: self.statuses.clone(),
@@ -163,7 +158,7 @@ impl Recorder {
     }
 
     /// The run second by second.
-    pub fn timeline(&self) -> Vec<Second> {
+    pub(crate) fn timeline(&self) -> Vec<Second> {
         self.seconds
             .iter()
             .map(|(requests, errors, latency)| Second {
@@ -204,7 +199,7 @@ pub(crate) async fn resolve(
 }
 
 /// `"2xx"` for 204.
-pub fn status_class(status: u16) -> String {
+pub(crate) fn status_class(status: u16) -> String {
     format!("{}xx", status / 100)
 }
 
@@ -226,7 +221,7 @@ pub(crate) fn percentiles(histogram: &Histogram<u64>) -> Percentiles {
 }
 
 /// Plots of a run's timeline: requests, errors, and latency percentiles per second.
-pub fn timeline_plots(sides: &[(&str, &[Second])]) -> Vec<html::Plot> {
+pub(crate) fn timeline_plots(sides: &[(&str, &[Second])]) -> Vec<html::Plot> {
     let series = |pick: fn(&Second) -> f64, suffix: &str| -> Vec<html::Series> {
         sides
             .iter()
@@ -259,7 +254,7 @@ pub fn timeline_plots(sides: &[(&str, &[Second])]) -> Vec<html::Plot> {
 
 impl Summary {
     /// The summary as rows of the HTML report, each named `prefix` + its figure.
-    pub fn rows(&self, prefix: &str) -> Vec<(String, String)> {
+    pub(crate) fn rows(&self, prefix: &str) -> Vec<(String, String)> {
         let join = |map: &BTreeMap<String, u64>| {
             let parts: Vec<String> = map.iter().map(|(k, v)| format!("{k} {v}")).collect();
             if parts.is_empty() {
@@ -289,7 +284,7 @@ impl Summary {
     }
 
     /// The summary as a table, one row per figure.
-    pub fn render(&self, title: &str) -> String {
+    pub(crate) fn render(&self, title: &str) -> String {
         let classes = |map: &BTreeMap<String, u64>| {
             if map.is_empty() {
                 return "-".to_string();
