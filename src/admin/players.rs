@@ -260,6 +260,21 @@ pub async fn tracks_from_catalogue(backends: &super::Backends) -> Result<Vec<Tra
     Ok(tracks)
 }
 
+/// Where a run is, once a second (for a progress line).
+#[derive(Debug, Clone, Copy)]
+pub struct Tick {
+    /// Seconds since the start.
+    pub seconds: u64,
+    /// Listeners playing.
+    pub listeners: usize,
+    /// Requests finished.
+    pub requests: u64,
+    /// Stalls so far.
+    pub stalls: u64,
+    /// Errors so far.
+    pub errors: u64,
+}
+
 /// What every listener shares.
 struct Shared {
     addr: SocketAddr,
@@ -296,6 +311,7 @@ struct Life {
 pub async fn players(
     tracks: Vec<Track>,
     options: PlayersOptions,
+    mut each_second: impl FnMut(Tick),
 ) -> Result<PlayersReport, AdminError> {
     if tracks.is_empty() {
         return Err(AdminError::Usage(
@@ -346,9 +362,29 @@ pub async fn players(
         let start = started + step_length.mul_f64(step as f64);
         handles.push(tokio::spawn(listen(Arc::clone(&shared), index, start)));
     }
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    let mut lives = std::pin::pin!(futures_util::future::join_all(handles));
+    let lives = loop {
+        tokio::select! {
+            lives = &mut lives => break lives,
+            _ = every_second.tick() => {
+                let elapsed = started.elapsed();
+                let step = ((elapsed.as_secs_f64() / step_length.as_secs_f64().max(1e-9)) as usize).min(steps - 1);
+                let results = shared.results.lock().unwrap_or_else(|p| p.into_inner());
+                let summary = results.recorder.summary();
+                each_second(Tick {
+                    seconds: elapsed.as_secs(),
+                    listeners: (step + 1) * listeners / steps,
+                    requests: summary.requests,
+                    stalls: results.stalls,
+                    errors: summary.errors.values().sum(),
+                });
+            }
+        }
+    };
     let (mut held, mut stalled_listeners) = (0, 0);
-    for handle in handles {
-        let life = handle.await.unwrap_or(Life {
+    for life in lives {
+        let life = life.unwrap_or(Life {
             stalls: 0,
             failed: true,
         });

@@ -80,6 +80,9 @@ pub struct ReplayReport {
     /// The target's side.
     #[serde(flatten)]
     pub(crate) summary: Summary,
+    /// Time to first byte of the first request for each track (the target's): what a
+    /// cold cache costs a listener.
+    pub(crate) first_play_ttfb_ms: super::traffic::Percentiles,
     /// The statuses the log recorded for the requests replayed, by class.
     pub(crate) log_statuses: BTreeMap<String, u64>,
     /// Log lines not replayed: not a track request, not GET or HEAD, or unreadable.
@@ -110,6 +113,14 @@ impl ReplayReport {
     /// The `--report` page.
     pub fn html(&self) -> String {
         let mut rows = self.summary.rows("");
+        let first = &self.first_play_ttfb_ms;
+        rows.push((
+            "time to first byte of first plays ms".into(),
+            format!(
+                "p50 {:.1}, p90 {:.1}, p99 {:.1}, max {:.1}",
+                first.p50, first.p90, first.p99, first.max
+            ),
+        ));
         let classes: Vec<String> = self
             .log_statuses
             .iter()
@@ -140,6 +151,10 @@ impl ReplayReport {
     /// The report for a terminal.
     pub fn render(&self) -> String {
         let mut out = self.summary.render("target");
+        out.push_str(&format!(
+            "  first plays  ttfb p50 {:.1}  p99 {:.1}\n",
+            self.first_play_ttfb_ms.p50, self.first_play_ttfb_ms.p99
+        ));
         let classes: Vec<String> = self
             .log_statuses
             .iter()
@@ -211,6 +226,13 @@ pub async fn replay(
     let started = Instant::now();
     let first_ms = requests.first().map_or(0, |r| r.at_ms);
     let mut statuses: Vec<[Option<u16>; 2]> = vec![[None, None]; requests.len()];
+    let mut seen = std::collections::HashSet::new();
+    let first_play: Vec<bool> = requests
+        .iter()
+        .map(|r| seen.insert(track_id(&options.prefixes, &r.target)))
+        .collect();
+    drop(seen);
+    let mut first_play_ttfb = super::traffic::histogram();
     let mut finished = 0u64;
     let mut next = 0usize;
     while next < requests.len() || finished < total {
@@ -238,6 +260,11 @@ pub async fn replay(
             biased;
             Some((index, is_against, done, outcome)) = done_rx.recv() => {
                 recorders[usize::from(is_against)].record(&outcome, done);
+                if first_play[index] && !is_against
+                    && let Some(ttfb) = outcome.ttfb
+                {
+                    let _ = first_play_ttfb.record(u64::try_from(ttfb.as_micros()).unwrap_or(u64::MAX).max(1));
+                }
                 statuses[index][usize::from(is_against)] = Some(outcome.status.unwrap_or(0));
                 finished += 1;
                 progress(finished, total);
@@ -272,6 +299,7 @@ pub async fn replay(
     let [target_recorder, against_recorder] = recorders;
     let mut report = ReplayReport {
         summary: target_recorder.summary(),
+        first_play_ttfb_ms: super::traffic::percentiles(&first_play_ttfb),
         log_statuses,
         skipped_lines: skipped,
         against: None,

@@ -532,18 +532,20 @@ fn run() -> anyhow::Result<ExitCode> {
                         .cloned()
                         .unwrap_or_else(|| "/musicdb".into()),
                 };
-                if !json {
-                    eprintln!(
-                        "players: {listeners} listeners for {}",
-                        humantime::format_duration(duration)
-                    );
-                }
                 // One core drives every listener: their own event loop, on a thread of their own.
                 let report = tokio::task::spawn_blocking(move || {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
-                    anyhow::Ok(runtime.block_on(admin::players::players(tracks, options))?)
+                    let mut progress = Progress::new(json);
+                    let ran = runtime.block_on(admin::players::players(tracks, options, |tick| {
+                        progress.update(&format!(
+                            "players: {} s, {} listeners, {} requests, {} stalls, {} errors",
+                            tick.seconds, tick.listeners, tick.requests, tick.stalls, tick.errors
+                        ));
+                    }));
+                    progress.finish();
+                    anyhow::Ok(ran?)
                 })
                 .await??;
                 write_page(page.as_deref(), || report.html())?;
