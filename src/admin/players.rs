@@ -374,7 +374,7 @@ pub async fn players(
                 let summary = results.recorder.summary();
                 each_second(Tick {
                     seconds: elapsed.as_secs(),
-                    listeners: (step + 1) * listeners / steps,
+                    listeners: ((step + 1) * listeners).div_ceil(steps),
                     requests: summary.requests,
                     stalls: results.stalls,
                     errors: summary.errors.values().sum(),
@@ -400,7 +400,7 @@ pub async fn players(
     if steps > 1 {
         let mut holding = true;
         for step in 0..steps {
-            let listening = (step + 1) * listeners / steps;
+            let listening = ((step + 1) * listeners).div_ceil(steps);
             let listener_seconds = listening as f64 * step_length.as_secs_f64();
             let stalled_share =
                 results.stalled_by_step[step].as_secs_f64() / listener_seconds.max(1e-9);
@@ -436,7 +436,7 @@ pub async fn players(
                 // Listener i joins in step i * steps / listeners (see above).
                 let step =
                     ((second as f64 / step_length.as_secs_f64().max(1e-9)) as usize).min(steps - 1);
-                ((step + 1) * listeners / steps) as f64
+                (((step + 1) * listeners).div_ceil(steps)) as f64
             })
             .collect(),
         stalls_by_second: results.stalls_by_second.clone(),
@@ -447,11 +447,16 @@ pub async fn players(
 async fn listen(shared: Arc<Shared>, index: usize, start: Instant) -> Life {
     tokio::time::sleep_until(start.into()).await;
     let mut life = Life::default();
-    // A transfer under way stops itself at the run's end (and is counted); this bound
-    // only cuts one stuck in a read or a connect. Neither is an error.
+    // A transfer under way stops itself at the run's end (and is counted): its reads wake
+    // at least every quarter second. This bound only cuts a listener stuck in a connect or
+    // waiting for a response head.
     let bound = shared.stop_at + Duration::from_secs(1);
     let inner = listen_until_stopped(&shared, index, &mut life);
-    let _ = tokio::time::timeout_at(bound.into(), inner).await;
+    if tokio::time::timeout_at(bound.into(), inner).await.is_err() {
+        // Still waiting for a connection or a response head a second after the end: the
+        // server stopped answering it, so it was not held.
+        life.failed = true;
+    }
     life
 }
 
@@ -578,7 +583,8 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
                 break;
             }
             // The whole track is buffered: the next one is asked for when it has played.
-            tokio::time::sleep(playback.left_to_play(now)).await;
+            let left = playback.left_to_play(now);
+            tokio::time::sleep(left.min(stop_at.saturating_duration_since(now))).await;
             break;
         }
     }
@@ -697,7 +703,8 @@ impl Playback {
             let dry_at =
                 since + Duration::from_secs_f64(((self.received as f64 - at) / self.rate).max(0.0));
             let ended = declared.is_some_and(|d| self.received >= d);
-            if self.playhead(now) > self.received as f64 && !ended && got > self.received {
+            // Dry: also while nothing arrives (the client wakes its pace during a silence).
+            if self.playhead(now) > self.received as f64 && !ended {
                 self.stalls += 1;
                 self.playing = None;
                 self.played = self.received as f64;
@@ -823,6 +830,30 @@ mod tests {
         assert_eq!(slow.started_at, Some(second(3.0)));
         assert!(slow.stalls >= 3, "{slow:?}");
         assert!(slow.stalled > Duration::from_secs(5), "{slow:?}");
+    }
+
+    #[test]
+    fn a_server_gone_silent_is_a_stall_as_soon_as_the_buffer_runs_dry() {
+        let start = Instant::now();
+        let mut playback = Playback::new(
+            1000.0,
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            None,
+        );
+        playback.arrived(3000, Some(100_000), start);
+        // Nothing more arrives; the client wakes its pace every quarter second.
+        playback.arrived(3000, Some(100_000), start + Duration::from_millis(2500));
+        assert_eq!(playback.stalls, 0, "half a second of music left");
+        playback.arrived(3000, Some(100_000), start + Duration::from_millis(3250));
+        assert_eq!(playback.stalls, 1, "dry at 3 s, seen at the next wake");
+        playback.arrived(3000, Some(100_000), start + Duration::from_secs(5));
+        assert_eq!(playback.stalls, 1, "one stall, not one per wake");
+        playback.finish(start + Duration::from_secs(6));
+        assert!(
+            (playback.stalled.as_secs_f64() - 3.0).abs() < 0.01,
+            "{playback:?}"
+        );
     }
 
     #[test]

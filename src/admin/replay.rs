@@ -38,8 +38,10 @@ impl std::str::FromStr for Speed {
             return Ok(Speed::Max);
         }
         match text.parse::<f64>() {
-            Ok(times) if times > 0.0 && times.is_finite() => Ok(Speed::Times(times)),
-            _ => Err(format!("`{text}` is neither a positive number nor `max`")),
+            Ok(times) if (0.001..=1e9).contains(&times) => Ok(Speed::Times(times)),
+            _ => Err(format!(
+                "`{text}` is neither a number from 0.001 to 1e9 nor `max`"
+            )),
         }
     }
 }
@@ -220,7 +222,8 @@ pub async fn replay(
         .chain(against.map(|a| (true, a)))
         .collect();
     let limit = Arc::new(tokio::sync::Semaphore::new(match options.speed {
-        Speed::Max => options.concurrency.max(1),
+        // Each request takes a permit per side: at least that many, or none ever starts.
+        Speed::Max => options.concurrency.max(2),
         Speed::Times(_) => tokio::sync::Semaphore::MAX_PERMITS,
     }));
     let started = Instant::now();

@@ -577,7 +577,7 @@ fn parse_bitrate(text: &str) -> Result<u64, String> {
         },
     };
     match number.parse::<f64>() {
-        Ok(value) if value > 0.0 && value.is_finite() => Ok((value * unit) as u64),
+        Ok(value) if value.is_finite() && value * unit >= 1.0 => Ok((value * unit) as u64),
         _ => Err(format!("`{text}` is not a bitrate (320k, 1.4M, 320000)")),
     }
 }

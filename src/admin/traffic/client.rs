@@ -146,10 +146,10 @@ where
             Ok(read) => read,
             Err(kind) => return fail(outcome, kind),
         };
-        outcome.ttfb.get_or_insert_with(|| started.elapsed());
         if read == 0 {
             return fail(outcome, ErrorKind::Reset);
         }
+        outcome.ttfb.get_or_insert_with(|| started.elapsed());
         let mut headers = [httparse::EMPTY_HEADER; 64];
         let mut response = httparse::Response::new(&mut headers);
         match response.parse(&buffer) {
@@ -240,17 +240,17 @@ impl Framing {
 }
 
 /// Reads up to `at_most` bytes into the thread's scratch buffer, dropping them.
+/// `Ok(None)`: nothing came by `wake` (the caller looks at its clock and asks again).
 async fn read_dropped(
     stream: &mut TcpStream,
     at_most: u64,
-    timeout: Duration,
-) -> Result<usize, ErrorKind> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    wake: tokio::time::Instant,
+) -> Result<Option<usize>, ErrorKind> {
     loop {
-        match tokio::time::timeout_at(deadline, stream.readable()).await {
+        match tokio::time::timeout_at(wake, stream.readable()).await {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(ErrorKind::Reset),
-            Err(_) => return Err(ErrorKind::Timeout),
+            Err(_) => return Ok(None),
         }
         let read = SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
@@ -260,12 +260,16 @@ async fn read_dropped(
             stream.try_read(&mut scratch[..room])
         });
         match read {
-            Ok(read) => return Ok(read),
+            Ok(read) => return Ok(Some(read)),
             Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(_) => return Err(ErrorKind::Reset),
         }
     }
 }
+
+/// How often a body read with nothing arriving goes back to its pace: a player's buffer
+/// runs dry while the server is silent, and a stall must be seen then, not at the next byte.
+const QUIET_CHECK: Duration = Duration::from_millis(250);
 
 async fn read_some(
     stream: &mut TcpStream,
@@ -300,11 +304,19 @@ where
     let mut got = (body.len() as u64).min(want);
     outcome.bytes = got;
     *body = Vec::new();
+    let mut last_data = tokio::time::Instant::now();
     while got < want {
         if pace(got, to_end.then_some(want)).await == Flow::Stop {
             return Ok(());
         }
-        let read = read_dropped(stream, want - got, timeout).await?;
+        let wake = (tokio::time::Instant::now() + QUIET_CHECK).min(last_data + timeout);
+        let Some(read) = read_dropped(stream, want - got, wake).await? else {
+            if tokio::time::Instant::now() >= last_data + timeout {
+                return Err(ErrorKind::Timeout);
+            }
+            continue;
+        };
+        last_data = tokio::time::Instant::now();
         if read == 0 {
             return if to_end {
                 Err(ErrorKind::ShortBody)
@@ -345,7 +357,7 @@ async fn read_chunked(
         if size == 0 {
             return Ok(());
         }
-        let mut left = size + 2;
+        let mut left = size.checked_add(2).ok_or(ErrorKind::Protocol)?;
         while left > 0 {
             let available = (buffer.len() - at) as u64;
             let take = available.min(left);

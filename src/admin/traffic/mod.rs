@@ -74,12 +74,22 @@ pub(crate) struct Recorder {
     bytes: u64,
     first_sent: Option<std::time::Instant>,
     last_done: Option<std::time::Instant>,
-    seconds: Vec<(u64, u64, Histogram<u64>)>,
+    /// Each second's counts; the latency percentiles are filled in when it is over.
+    seconds: Vec<Second>,
+    /// The latencies of the second under way: one histogram at a time, so a day-long run
+    /// holds a few bytes a second, not a histogram a second.
+    current: Option<(usize, Histogram<u64>)>,
+}
+
+/// A second's latencies: 2 significant digits are enough for a plot, and a tenth the size.
+fn second_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("constant bounds are valid")
 }
 
 /// A latency histogram in microseconds.
 pub(crate) fn histogram() -> Histogram<u64> {
-    // Microseconds, 1 µs to an hour, 3 significant digits: about 20 KiB each.
+    // Microseconds, 1 µs to an hour, 3 significant digits: about 180 KiB each (a run keeps
+    // a handful).
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("constant bounds are valid")
 }
 
@@ -95,6 +105,7 @@ impl Default for Recorder {
             first_sent: None,
             last_done: None,
             seconds: Vec::new(),
+            current: None,
         }
     }
 }
@@ -128,12 +139,21 @@ impl Recorder {
         if let Some(first) = self.first_sent {
             let second = done.saturating_duration_since(first).as_secs() as usize;
             while self.seconds.len() <= second {
-                self.seconds.push((0, 0, histogram()));
+                self.seconds.push(Second::default());
             }
             let slot = &mut self.seconds[second];
-            slot.0 += 1;
-            slot.1 += u64::from(outcome.error.is_some());
-            let _ = slot.2.record(micros(outcome.latency));
+            slot.requests += 1;
+            slot.errors += u64::from(outcome.error.is_some());
+            if self.current.as_ref().is_none_or(|(at, _)| *at < second) {
+                self.close_second();
+                self.current = Some((second, second_histogram()));
+            }
+            // A late finish of an earlier second is counted, its latency not plotted.
+            if let Some((at, latency)) = &mut self.current
+                && *at == second
+            {
+                let _ = latency.record(micros(outcome.latency));
+            }
         }
     }
 
@@ -157,17 +177,26 @@ impl Recorder {
         }
     }
 
+    /// Writes the percentiles of the second under way into its slot.
+    fn close_second(&mut self) {
+        if let Some((at, latency)) = &self.current
+            && let Some(slot) = self.seconds.get_mut(*at)
+        {
+            slot.p50_ms = ms(latency.value_at_quantile(0.5));
+            slot.p99_ms = ms(latency.value_at_quantile(0.99));
+        }
+    }
+
     /// The run second by second.
     pub(crate) fn timeline(&self) -> Vec<Second> {
-        self.seconds
-            .iter()
-            .map(|(requests, errors, latency)| Second {
-                requests: *requests,
-                errors: *errors,
-                p50_ms: ms(latency.value_at_quantile(0.5)),
-                p99_ms: ms(latency.value_at_quantile(0.99)),
-            })
-            .collect()
+        let mut seconds = self.seconds.clone();
+        if let Some((at, latency)) = &self.current
+            && let Some(slot) = seconds.get_mut(*at)
+        {
+            slot.p50_ms = ms(latency.value_at_quantile(0.5));
+            slot.p99_ms = ms(latency.value_at_quantile(0.99));
+        }
+        seconds
     }
 }
 
