@@ -135,12 +135,4 @@ http {{
 
 
 if __name__ == "__main__":
-    import resource
-    import signal
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    signal.signal(signal.SIGTERM, lambda *a: (run.stop_all(), sys.exit(1)))
-    try:
-        main()
-    finally:
-        run.stop_all()
+    run.run_main(main)
