@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,8 @@ import run  # noqa: E402  (the servers and helpers of bench/run.py)
 LISTENERS = int(os.environ.get("PLAYERS_LISTENERS", "4000"))
 SECONDS = int(os.environ.get("PLAYERS_SECONDS", "40"))
 STEPS = int(os.environ.get("PLAYERS_STEPS", "8"))
+# "|"-separated server names to run (all by default), e.g. PLAYERS_SERVERS=musicd|nginx.
+ONLY = [s for s in os.environ.get("PLAYERS_SERVERS", "").split("|") if s]
 TRACKS = 40
 # 100 s at 320 kbps: a listener asks for a new track (or seeks) now and then, not once.
 TRACK_BYTES = 4_000_000
@@ -35,6 +38,44 @@ def players(url, ids, listeners, extra=()):
         return json.loads(out.stdout)
     except json.JSONDecodeError:
         sys.exit(f"musicctl players failed: {out.stdout}{out.stderr}")
+
+
+def rss_kib(pids):
+    total = 0
+    for pid in pids:
+        try:
+            m = run.re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
+            total += int(m.group(1)) if m else 0
+        except OSError:
+            pass
+    return total
+
+
+class PeakRss:
+    """The servers' largest resident set while the listeners run, sampled every 200 ms."""
+
+    def __init__(self, pids):
+        self.pids, self.peak, self.done = pids, rss_kib(pids), threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+
+    def sample(self):
+        while not self.done.wait(0.2):
+            self.peak = max(self.peak, rss_kib(self.pids))
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        return self.peak
+
+
+def tcp_ext(name):
+    """A TcpExt counter from /proc/net/netstat (what `nstat` shows), e.g. TCPAbortOnMemory."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    for head, values in zip(lines[::2], lines[1::2]):
+        if head.startswith("TcpExt:"):
+            return dict(zip(head.split()[1:], map(int, values.split()[1:]))).get(name, 0)
+    return 0
 
 
 def main():
@@ -97,15 +138,23 @@ http {{
         node = run.start(["node", str(run.ROOT / "bench/peers/express.js"), str(node_port), str(work / "paths.json")])
         run.wait_port(node_port)
         targets.append(("seed (Node)", f"http://127.0.0.1:{node_port}", ids, [node.pid]))
+    if ONLY:
+        targets = [t for t in targets if t[0] in ONLY]
     rows_out = []
     for name, url, track_ids, pids in targets:
         before = run.cpu_ticks(pids)
+        idle_rss = rss_kib(pids)
+        aborts = tcp_ext("TCPAbortOnMemory")
+        peak = PeakRss(pids)
         report = players(url, track_ids, LISTENERS)
+        report["peak_rss_kib"], report["idle_rss_kib"] = peak.stop(), idle_rss
+        report["aborts_on_memory"] = tcp_ext("TCPAbortOnMemory") - aborts
         server_cpu = (run.cpu_ticks(pids) - before) / run.TICK
         listener_seconds = sum(step["listeners"] for step in report.get("ramp", [])) * SECONDS / STEPS
         rows_out.append((name, report, server_cpu, listener_seconds))
         print(name, json.dumps({k: report.get(k) for k in
-                                ("most_held", "listeners", "held", "stalls", "stalled_listeners", "errors", "tool_cpu_s")}),
+                                ("most_held", "listeners", "held", "stalls", "stalled_listeners", "errors", "tool_cpu_s",
+                                 "peak_rss_kib", "aborts_on_memory")}),
               file=sys.stderr)
     lines = ["# Listeners held at 320 kbps without a stall", "",
              f"{time.strftime('%Y-%m-%d')}. The machine: {run.machine()}.", "",
@@ -115,21 +164,27 @@ http {{
              "buffered, seek and skip 0.5 times a minute each. Access logs on everywhere. \"Most held\" is the "
              "listeners of the last step before the first whose stalled listener-seconds or errors reached 0.1 %; the tool and the "
              "servers share the machine's 2 cores.", "",
-             "| server | most held | listeners at the end | stalls | stalled listeners | errors | server CPU s | tool CPU s | tool CPU ms per 1,000 listener-s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "Memory per 1,000 listeners is the server's peak resident set during the run less its "
+             "resident set before it, over the listeners at the end. \"Aborts\" is the kernel's "
+             "`TcpExtTCPAbortOnMemory` during the run (connections reset under TCP memory pressure).", "",
+             "| server | most held | listeners at the end | stalls | stalled listeners | errors | aborts | server CPU s | peak RSS MiB | MiB per 1,000 listeners | tool CPU s | tool CPU ms per 1,000 listener-s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, report, server_cpu, listener_seconds in rows_out:
         errors = sum(report.get("errors", {}).values())
         per_1000 = report["tool_cpu_s"] * 1000 / max(listener_seconds, 1e-9) * 1000
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.get("errors", {}).items()) if v)
+        grown = (report["peak_rss_kib"] - report["idle_rss_kib"]) / 1024
         lines.append(f"| {name} | {report.get('most_held') or 0:,} | {report['listeners']:,} | {report['stalls']} | "
-                     f"{report['stalled_listeners']} | {errors} | {server_cpu:.1f} | {report['tool_cpu_s']:.1f} | "
-                     f"{per_1000:.1f} |")
+                     f"{report['stalled_listeners']} | {errors}{f' ({kinds})' if kinds else ''} | "
+                     f"{report['aborts_on_memory']} | {server_cpu:.1f} | {report['peak_rss_kib'] / 1024:.0f} | "
+                     f"{grown / max(report['listeners'], 1) * 1000:.1f} | {report['tool_cpu_s']:.1f} | {per_1000:.1f} |")
     lines += ["", "Each step (listeners: stalled share of listener-seconds, errors):", ""]
     for name, report, _, _ in rows_out:
         steps = ", ".join(f"{s['listeners']}: {s['stalled_share'] * 100:.2f} %/{s['errors']}" for s in report.get("ramp", []))
         lines.append(f"- {name}: {steps}")
     text = "\n".join(lines) + "\n"
-    out = run.ROOT / "bench" / "results" / "players.md"
-    out.write_text(text)
+    if not ONLY:
+        (run.ROOT / "bench" / "results" / "players.md").write_text(text)
     print(text)
     run.shutil.rmtree(work, ignore_errors=True)
 

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -42,6 +43,15 @@ PEERS = os.environ.get("BENCH_PEERS", "1") != "0"
 # direct-mode cell then also runs it, alternated with the others, and a second table gives
 # this build's ratio to it.
 BASELINE_BIN = os.environ.get("BENCH_BASELINE_BIN")
+# Pinned mode (BENCH_PIN=1): every server on core 0 and wrk on core 1, the same for all, as a
+# low-noise cross-check of the default mode where the scheduler places everyone.
+PIN = os.environ.get("BENCH_PIN") == "1"
+SERVER_CPU, CLIENT_CPU = "0", "1"
+# Other musicd configurations to measure beside the default in the same run, as
+# "name:VAR=value,VAR=value|name2:..." with MUSICD_* variables (an A/B of a setting):
+# each runs in the direct-mode cells, logs off like the default instance.
+VARIANTS = [(v.split(":", 1)[0], dict(kv.split("=", 1) for kv in v.split(":", 1)[1].split(",") if kv))
+            for v in os.environ.get("BENCH_VARIANTS", "").split("|") if ":" in v]
 TICK = os.sysconf("SC_CLK_TCK")
 procs = []
 leftovers = []
@@ -54,6 +64,8 @@ def free_port():
 
 
 def start(cmd, **kw):
+    if PIN:
+        cmd = ["taskset", "-c", SERVER_CPU] + cmd
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
     procs.append(p)
     return p
@@ -103,29 +115,84 @@ def latency_ms(text):
     return float(m.group(1)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[m.group(2)]
 
 
-def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS):
+def box_ticks():
+    """Whole-machine CPU from /proc/stat: (busy, softirq) ticks over every core."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return user + nice + system + irq + softirq + steal, softirq
+
+
+def socket_figures(port, out, delay):
+    """`ss -tmi` of the server's established connections on `port`, `delay` s into a run:
+    the medians over connections of the send buffer (tb), the bytes queued in it (w) and
+    those not yet sent (notsent), in KiB."""
+    time.sleep(delay)
+    try:
+        text = subprocess.run(["ss", "-tmiHn", "state", "established", f"( sport = :{port} )"],
+                              capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    tb, queued, notsent = [], [], []
+    for m in re.finditer(r"skmem:\(([^)]*)\)([^\n]*)", text):
+        mem = dict(re.findall(r"([a-z]+)(\d+)", m.group(1)))
+        tb.append(int(mem.get("tb", 0)) / 1024)
+        queued.append(int(mem.get("w", 0)) / 1024)
+        ns = re.search(r"notsent:(\d+)", m.group(2))
+        notsent.append(int(ns.group(1)) / 1024 if ns else 0.0)
+    if tb:
+        out.update(sndbuf_kib=statistics.median(tb), queued_kib=statistics.median(queued),
+                   notsent_kib=statistics.median(notsent))
+
+
+def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS, sockets=False):
     threads = min(2, conns)
     cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency", "--timeout", "5s"]
+    if PIN:
+        cmd = ["taskset", "-c", CLIENT_CPU] + cmd
     env = dict(os.environ)
     if script:
         cmd += ["-s", str(ROOT / "bench" / "lua" / script)]
         env["PATHS"] = str(paths)
-    before = cpu_ticks(pids)
-    out = subprocess.run(cmd + [url], capture_output=True, text=True, env=env, timeout=seconds + 60).stdout
+    figures = {}
+    sampler = None
+    if sockets:
+        port = int(re.match(r"http://[^:/]+:(\d+)", url).group(1))
+        sampler = threading.Thread(target=socket_figures, args=(port, figures, seconds / 2), daemon=True)
+    before, box_before, wall = cpu_ticks(pids), box_ticks(), time.monotonic()
+    proc = subprocess.Popen(cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    if sampler:
+        sampler.start()
+    out = proc.stdout.read()
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    box_after = box_ticks()
     cpu = (cpu_ticks(pids) - before) / TICK
+    box = (box_after[0] - box_before[0]) / TICK
+    softirq = (box_after[1] - box_before[1]) / TICK
+    client = usage.ru_utime + usage.ru_stime
+    if sampler:
+        sampler.join()
     m = re.search(r"(\d+) requests in [\d.]+\w+, ([\d.]+\w+) read", out)
     requests, read = (int(m.group(1)), size(m.group(2))) if m else (0, 0.0)
     p99 = re.search(r"99%\s+(\S+)", out)
     errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors += int(non2xx.group(1)) if non2xx else 0
+    per = lambda total, count: total / count if count else float("nan")
     return {
         "rps": requests / seconds,
         "mbps": read / seconds / 1e6,
         "p99": latency_ms(p99.group(1)) if p99 else float("nan"),
         "errors": errors,
-        "cpu_us_req": cpu / requests * 1e6 if requests else float("nan"),
-        "cpu_s_gb": cpu / (read / 1e9) if read else float("nan"),
+        "cpu_us_req": per(cpu, requests) * 1e6,
+        "cpu_s_gb": per(cpu, read / 1e9),
+        "wrk_us_req": per(client, requests) * 1e6,
+        "wrk_s_gb": per(client, read / 1e9),
+        "box_us_req": per(box, requests) * 1e6,
+        "box_s_gb": per(box, read / 1e9),
+        "softirq_s_gb": per(softirq, read / 1e9),
+        "box_busy": box / (time.monotonic() - wall) / (os.cpu_count() or 1),
+        **figures,
     }
 
 
@@ -230,7 +297,6 @@ def main():
     direct_port, nocache_port, accel_port, nginx_port = free_port(), free_port(), free_port(), free_port()
     nginx_log_port = free_port()
     musicd = {}
-    musicd = {}
     musicd["miss"] = start([str(REL / "musicd"), "--config", str(miss_cfg), "run"])
     wait_port(miss_port)
     for name, port, extra in [
@@ -262,6 +328,29 @@ def main():
         base_cfg.write_text(base_cfg.read_text().replace('[access_log]\nformat = "off"\n', ""))
         musicd["baseline"] = start([BASELINE_BIN, "--config", str(base_cfg), "run"])
         wait_port(baseline_port)
+
+    variant_ports = {}
+    for vname, venv in VARIANTS:
+        port = free_port()
+        cfg = config(f"variant-{vname}", port)
+        musicd[f"variant {vname}"] = start([str(REL / "musicd"), "--config", str(cfg), "run"],
+                                           env={**os.environ, **venv})
+        wait_port(port)
+        variant_ports[vname] = port
+
+    # The ceiling: limitd (bench/limitd.c), the least an HTTP file server can do, one
+    # instance per answer size: the 4 KiB file, the 4 MiB file, and a file of the 1,000
+    # files' mean size (it answers every path with the same bytes).
+    limits = {}
+    if shutil.which("cc"):
+        limitd = work / "limitd"
+        subprocess.run(["cc", "-O2", "-pthread", "-o", str(limitd), str(ROOT / "bench" / "limitd.c")], check=True)
+        (media / "mean.mp3").write_bytes(rnd.randbytes(5120))
+        for key, file in (("small", "small.mp3"), ("big", "big.mp3"), ("mean", "mean.mp3")):
+            port = free_port()
+            proc = start([str(limitd), str(port), str(media / file), "2"])
+            wait_port(port)
+            limits[key] = (f"http://127.0.0.1:{port}", proc)
 
     user = "user root;" if os.geteuid() == 0 else ""
     (work / "nginx.conf").write_text(f"""{user}
@@ -362,155 +451,258 @@ http {{
     signed_url = subprocess.run(
         [str(REL / "musicctl"), "--config", str(signed_cfg), "sign", small, "--ttl", "1d", "--base", sg, "--name", "a.mp3"],
         capture_output=True, text=True, check=True).stdout.strip()
-    # (cell, connections, baseline (url, pids, script, paths), contender (url, pids, script, paths))
+
+    def peers_for(path, logged, script=None, paths=None):
+        found = []
+        for peer in ("h2o", "lighttpd"):
+            if f"{peer}-nolog" in peers:
+                url, proc = peers[f"{peer}-{'log' if logged else 'nolog'}"]
+                found.append((peer, (url + path, [proc.pid] + children(proc.pid), script, paths)))
+        return found
+
+    def limit_for(key, script=None, paths=None):
+        if key not in limits:
+            return []
+        url, proc = limits[key]
+        return [("limit", (url + ("" if script else "/a.mp3"), [proc.pid], script, paths))]
+
+    def direct_others(path, script=None, paths=None):
+        """The baseline build and the variants, on the same request as the direct musicd."""
+        found = []
+        if BASELINE_BIN:
+            found.append(("baseline", (f"http://127.0.0.1:{baseline_port}{path}", [musicd["baseline"].pid],
+                                       script, paths)))
+        for vname, port in variant_ports.items():
+            found.append((f"musicd {vname}", (f"http://127.0.0.1:{port}{path}", [musicd[f"variant {vname}"].pid],
+                                              script, paths)))
+        return found
+
+    S, B = f"/musicdb/{small}/a.mp3", f"/musicdb/{big}/a.mp3"
+    many = ("random_path.lua", nginx_paths)
+    mine = ("random_path.lua", musicd_paths)
+    file_cell = lambda file, key, conns: [
+        ("nginx", (f"{n}/media/{file}", nginx_pids, None, None)), *peers_for(f"/media/{file}", False),
+        *limit_for(key), ("musicd", (f"{d}/musicdb/{ids[file]}/a.mp3", dp, None, None)),
+        *direct_others(f"/musicdb/{ids[file]}/a.mp3")]
+    logged_cell = lambda file, key: [
+        ("nginx", (f"{nl}/media/{file}", nginx_pids, None, None)), *peers_for(f"/media/{file}", True),
+        *limit_for(key), ("musicd", (f"{lg}/musicdb/{ids[file]}/a.mp3", lp, None, None))]
+    # (cell, connections, [(label, (url, pids, script, paths))]): "nginx" is the ratio's
+    # reference in the first table, "musicd" the contender.
     cells = [
-        ("4 KiB file", 10, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
-        ("4 KiB file", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{d}/musicdb/{small}/a.mp3", dp, None, None)),
-        ("1,000 files of 2-8 KiB", 100, (n, nginx_pids, "random_path.lua", nginx_paths), (d, dp, "random_path.lua", musicd_paths)),
-        ("4 KiB file, access logs on", 100, (f"{nl}/media/small.mp3", nginx_pids, None, None), (f"{lg}/musicdb/{small}/a.mp3", lp, None, None)),
-        ("1,000 files of 2-8 KiB, access logs on", 100, (nl, nginx_pids, "random_path.lua", nginx_paths), (lg, lp, "random_path.lua", musicd_paths)),
-        ("4 MiB file", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{d}/musicdb/{big}/a.mp3", dp, None, None)),
-        ("4 MiB file, musicd file cache off", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{nc}/musicdb/{big}/a.mp3", ncp, None, None)),
-        ("4 KiB, musicd x-accel behind nginx", 100, (f"{n}/media/small.mp3", nginx_pids, None, None), (f"{n}/musicdb/{small}/a.mp3", nginx_pids + ap, None, None)),
-        ("4 MiB, musicd x-accel behind nginx", 10, (f"{n}/media/big.mp3", nginx_pids, None, None), (f"{n}/musicdb/{big}/a.mp3", nginx_pids + ap, None, None)),
+        ("4 KiB file", 10, file_cell("small.mp3", "small", 10)),
+        ("4 KiB file", 100, file_cell("small.mp3", "small", 100)),
+        ("1,000 files of 2-8 KiB", 100, [
+            ("nginx", (n, nginx_pids, *many)), *peers_for("", False, *many), *limit_for("mean", *many),
+            ("musicd", (d, dp, *mine)), *direct_others("", *mine)]),
+        ("4 KiB file, access logs on", 100, logged_cell("small.mp3", "small")),
+        ("1,000 files of 2-8 KiB, access logs on", 100, [
+            ("nginx", (nl, nginx_pids, *many)), *peers_for("", True, *many), *limit_for("mean", *many),
+            ("musicd", (lg, lp, *mine))]),
+        ("4 MiB file", 10, file_cell("big.mp3", "big", 10)),
+        ("4 MiB file, access logs on", 10, logged_cell("big.mp3", "big")),
+        ("4 MiB file, musicd file cache off", 10, [
+            ("nginx", (f"{n}/media/big.mp3", nginx_pids, None, None)), ("musicd", (f"{nc}{B}", ncp, None, None))]),
+        ("4 KiB, musicd x-accel behind nginx", 100, [
+            ("nginx", (f"{n}/media/small.mp3", nginx_pids, None, None)),
+            ("musicd", (f"{n}{S}", nginx_pids + ap, None, None))]),
+        ("4 MiB, musicd x-accel behind nginx", 10, [
+            ("nginx", (f"{n}/media/big.mp3", nginx_pids, None, None)),
+            ("musicd", (f"{n}{B}", nginx_pids + ap, None, None))]),
         # Not against nginx: the "nginx" columns are the same musicd with an unsigned link.
-        ("4 KiB, signed link vs unsigned (same musicd)", 100, (f"{sg}/musicdb/{small}/a.mp3", sp, None, None), (signed_url, sp, None, None)),
-        ("/healthz", 10, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
-        ("/healthz", 1000, (f"{n}/healthz", nginx_pids, None, None), (f"{d}/healthz", dp, None, None)),
-        ("cache miss (MongoDB lookup)", 10, None, (d, dp, "each_path_once.lua", miss_paths)),
+        ("4 KiB, signed link vs unsigned (same musicd)", 100, [
+            ("nginx", (f"{sg}{S}", sp, None, None)), ("musicd", (signed_url, sp, None, None))]),
+        ("/healthz", 10, [("nginx", (f"{n}/healthz", nginx_pids, None, None)), ("musicd", (f"{d}/healthz", dp, None, None))]),
+        ("/healthz", 1000, [("nginx", (f"{n}/healthz", nginx_pids, None, None)), ("musicd", (f"{d}/healthz", dp, None, None))]),
+        ("cache miss (MongoDB lookup)", 10, [("musicd", None)]),
     ]
     if node_url:
         # Not against nginx: the "nginx" columns are a Node `http` JSON hello server.
         cells.insert(-1, ("/healthz vs a Node http hello server", 1000,
-                          (node_url, node_pids, None, None), (f"{d}/healthz", dp, None, None)))
+                          [("nginx", (node_url, node_pids, None, None)), ("musicd", (f"{d}/healthz", dp, None, None))]))
     if ONLY:
         cells = [c for c in cells if any(o in f"{c[0]} c={c[1]}" for o in ONLY)]
     rows = []
-    b = f"http://127.0.0.1:{baseline_port}"
-    for name, conns, baseline, contender in cells:
-        runs = {"nginx": [], "musicd": [], "baseline": [], "h2o": [], "lighttpd": []}
-        previous = None
-        # Not the cache-miss cell: its ids must be new to the shared Redis in every round.
-        if BASELINE_BIN and contender and contender[0].startswith(d) and not name.startswith("cache miss"):
-            bp = [musicd["baseline"].pid]
-            previous = (b + contender[0][len(d):], bp, contender[2], contender[3])
+    for name, conns, targets in cells:
+        runs = {label: [] for label, _ in targets}
+        big_cell = "4 MiB" in name
         for r in range(ROUNDS):
             if name.startswith("cache miss"):
-                # Fresh ids for every round: shift the list so no id repeats.
+                # Fresh ids for every round, new to musicd and to the shared Redis: a slice
+                # of the list per round, so no id repeats.
                 shifted = work / f"miss_{r}.txt"
                 chunk = len(miss_ids) // ROUNDS
                 shifted.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids[r * chunk:(r + 1) * chunk]))
-                contender = (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua", shifted)
-            extra = []
-            under = lambda url, base: url == base or url.startswith(base + "/")
-            if peers and baseline is not None and (under(baseline[0], n) or under(baseline[0], nl)) \
-                    and "x-accel" not in name and "signed" not in name and not name.startswith("/healthz"):
-                logged = under(baseline[0], nl)
-                for peer in ("h2o", "lighttpd"):
-                    url, proc = peers[f"{peer}-{'log' if logged else 'nolog'}"]
-                    base_url = baseline[0].replace(nl if logged else n, url, 1)
-                    pids = [proc.pid] + children(proc.pid)
-                    extra.append((peer, (base_url, pids, baseline[2], baseline[3])))
-            for label, target in (("nginx", baseline), ("musicd", contender), ("baseline", previous), *extra):
-                if target is None:
-                    continue
-                url, pids, script, paths = target
+                targets = [("musicd", (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua",
+                                       shifted))]
+            for label, (url, pids, script, paths) in targets:
                 if r == 0 and WARMUP and not name.startswith("cache miss"):
                     wrk(url, conns, pids, script, paths, seconds=WARMUP)
-                result = wrk(url, conns, pids, script, paths)
+                result = wrk(url, conns, pids, script, paths, sockets=big_cell)
                 runs[label].append(result)
                 print(f"{name} c={conns} round {r + 1} {label}: {result['rps']:.0f} req/s "
-                      f"{result['mbps']:.0f} MB/s p99 {result['p99']:.2f} ms errors {result['errors']}", file=sys.stderr)
+                      f"{result['mbps']:.0f} MB/s p99 {result['p99']:.2f} ms errors {result['errors']} "
+                      f"box {result['box_busy'] * 100:.0f} %", file=sys.stderr)
         rows.append((name, conns, runs))
+    text = report(rows, musicd)
+    if not ONLY and not BASELINE_BIN and not VARIANTS:
+        out = ROOT / "bench" / "results" / ("http-pinned.md" if PIN else "http.md")
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(text)
+    print(text)
+    shutil.rmtree(work, ignore_errors=True)
 
+
+def paired(a_runs, b_runs, key):
+    """Round-by-round ratios of a to b (rounds alternate the targets, so round r of each ran
+    close in time): (min, median, max)."""
+    ratios = [a[key] / b[key] for a, b in zip(a_runs, b_runs) if b[key] and not math.isnan(a[key] / b[key])]
+    if not ratios:
+        return float("nan"), float("nan"), float("nan")
+    return min(ratios), statistics.median(ratios), max(ratios)
+
+
+def verdict(low, high):
+    """A difference is outside the noise only when every round agrees on it."""
+    if low > 1:
+        return "lead"
+    if high < 1:
+        return "behind"
+    return "inside noise"
+
+
+def report(rows, musicd):
+    mode = ("pinned: every server on core 0, wrk on core 1 (`taskset`)" if PIN
+            else "unpinned: the scheduler places servers and wrk on the 2 cores")
     lines = [
-        "# musicd against nginx, h2o and lighttpd",
+        "# musicd against nginx, h2o, lighttpd and the limit server",
         "",
-        f"{time.strftime('%Y-%m-%d')}. The machine: {machine()}.",
+        f"{time.strftime('%Y-%m-%d')}. The machine: {machine()}. Mode: {mode}.",
         "",
-        "wrk 2 threads on the same machine, loopback; medians of "
-        f"{ROUNDS} runs of {SECONDS} s (each target first warmed up for {WARMUP} s, not counted), "
-        "targets alternated. CPU is the servers' own (utime+stime from /proc; for x-accel it is "
-        "nginx + musicd). Access logs are off except in the cells that say \"access logs on\" "
-        "(nginx `access_log ... combined buffer=64k flush=1s`, musicd `format = \"combined\"` to a file).",
+        "wrk 2 threads on the same machine, loopback; "
+        f"{ROUNDS} rounds of {SECONDS} s (each target first warmed up for {WARMUP} s, not counted), "
+        "targets alternated within each round. \"limit\" is `bench/limitd.c`: the least an HTTP file "
+        "server can do (per-thread listeners, a request recognised by its blank line, one precomputed "
+        "answer), the practical ceiling of this machine and client; it logs nothing, so it is the "
+        "ceiling of the logged cells too. CPU: the servers' own (utime+stime from /proc; for x-accel "
+        "nginx + musicd), wrk's own, and the whole box's busy time from /proc/stat (every core, softirq "
+        "included), per request (µs) or per GB (s). Access logs are off except in the cells that say "
+        "\"access logs on\" (nginx `access_log ... combined buffer=64k flush=1s`, h2o and lighttpd their "
+        "default access logs, musicd `format = \"combined\"` to a file).",
         "",
-        "| cell | conns | nginx req/s | musicd req/s | ratio | nginx MB/s | musicd MB/s | p99 ms nginx / musicd | errors nginx / musicd | CPU µs/req nginx / musicd | CPU s/GB nginx / musicd |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "A ratio is outside the noise only when every round agrees: \"lead\" when musicd beat the "
+        "other in each round (rounds alternate the targets, so round r of each ran close in time), "
+        "\"behind\" when it lost each round, otherwise \"inside noise\". Spreads are the range of those "
+        "round-by-round ratios.",
+        "",
+        "## Every server",
+        "",
+        "| cell | conns | server | median | min | max | p99 ms | errors | server CPU | wrk CPU | box CPU | of limit |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    for name, conns, runs in rows:
+        big = "4 MiB" in name
+        key, cost, fmt = (("mbps", "s_gb", lambda v: f"{v * 1e-3:.2f} GB/s") if big
+                          else ("rps", "us_req", lambda v: f"{v:,.0f}"))
+        unit = "s/GB" if big else "µs/req"
+        for label, series in runs.items():
+            if not series:
+                continue
+            values = [r[key] for r in series]
+            of_limit = (f"{med(series, key) / med(runs['limit'], key):.2f}" if runs.get("limit") else "-")
+            lines.append(
+                f"| {name} | {conns} | {label} | {fmt(statistics.median(values))} | {fmt(min(values))} | "
+                f"{fmt(max(values))} | {med(series, 'p99'):.2f} | {sum(r['errors'] for r in series)} | "
+                f"{med(series, 'cpu_' + cost):.{2 if big else 1}f} {unit} | {med(series, 'wrk_' + cost):.{2 if big else 1}f} | "
+                f"{med(series, 'box_' + cost):.{2 if big else 1}f} | {of_limit} |")
+    lines += ["", "## musicd against the best peer and the limit", "",
+              "The best peer is the fastest of nginx, h2o and lighttpd by median in that cell. "
+              "Whole-box CPU per unit is musicd's over the best peer's.", "",
+              "| cell | conns | best peer | musicd / best (median) | spread | verdict | box CPU musicd / best | "
+              "musicd / limit | best peer / limit | p99 ms musicd / nginx |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     summary = {}
     for name, conns, runs in rows:
-        m, ng = runs["musicd"], runs["nginx"]
-
-        def cell(key, fmt):
-            a = fmt.format(med(ng, key)) if ng else "-"
-            b = fmt.format(med(m, key))
-            return f"{a} / {b}"
-
-        ratio = med(m, "rps") / med(ng, "rps") if ng else float("nan")
-        summary[f"{name} c={conns}"] = round(ratio, 2) if ng else None
+        present = [p for p in ("nginx", "h2o", "lighttpd") if runs.get(p)]
+        if not runs.get("musicd") or len(present) < 3:
+            continue
+        big = "4 MiB" in name
+        key, cost = ("mbps", "box_s_gb") if big else ("rps", "box_us_req")
+        best = max(present, key=lambda p: med(runs[p], key))
+        low, mid, high = paired(runs["musicd"], runs[best], key)
+        limit = runs.get("limit")
+        of = lambda label: f"{med(runs[label], key) / med(limit, key):.2f}" if limit else "-"
+        summary[f"{name} c={conns}"] = round(mid, 2)
         lines.append(
-            f"| {name} | {conns} | {med(ng, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | {ratio:.2f} | "
-            f"{med(ng, 'mbps'):,.0f} | {med(m, 'mbps'):,.0f} | {cell('p99', '{:.2f}')} | "
-            f"{sum(r['errors'] for r in ng)} / {sum(r['errors'] for r in m)} | {cell('cpu_us_req', '{:.1f}')} | "
-            f"{cell('cpu_s_gb', '{:.2f}')} |"
-            if ng else
-            f"| {name} | {conns} | - | {med(m, 'rps'):,.0f} | - | - | {med(m, 'mbps'):,.0f} | - / {med(m, 'p99'):.2f} | "
-            f"- / {sum(r['errors'] for r in m)} | - / {med(m, 'cpu_us_req'):.1f} | - |"
-        )
-    if BASELINE_BIN:
-        lines += ["", f"This build against {BASELINE_BIN} (same run, alternated):", "",
-                  "| cell | conns | baseline req/s | this build req/s | ratio | p99 ms baseline / this | CPU µs/req baseline / this |",
-                  "|---|---|---|---|---|---|---|"]
+            f"| {name} | {conns} | {best} | {mid:.2f} | {low:.2f}-{high:.2f} | {verdict(low, high)} | "
+            f"{med(runs['musicd'], cost) / med(runs[best], cost):.2f} | {of('musicd')} | {of(best)} | "
+            f"{med(runs['musicd'], 'p99'):.2f} / {med(runs['nginx'], 'p99'):.2f} |")
+    lines += ["", "## musicd against nginx in every cell", "",
+              "(In the signed-link cell the reference is the same musicd with an unsigned link; in the "
+              "Node cell, a Node `http` hello server.)", "",
+              "| cell | conns | reference | musicd | musicd / reference (median) | spread | verdict | p99 ms reference / musicd |",
+              "|---|---|---|---|---|---|---|---|"]
+    for name, conns, runs in rows:
+        m, ref = runs.get("musicd"), runs.get("nginx")
+        key = "mbps" if "4 MiB" in name else "rps"
+        show = (lambda v: f"{v * 1e-3:.2f} GB/s") if key == "mbps" else (lambda v: f"{v:,.0f}")
+        if not ref:
+            lines.append(f"| {name} | {conns} | - | {show(med(m, key))} | - | - | - | - / {med(m, 'p99'):.2f} |")
+            continue
+        low, mid, high = paired(m, ref, key)
+        lines.append(f"| {name} | {conns} | {show(med(ref, key))} | {show(med(m, key))} | {mid:.2f} | "
+                     f"{low:.2f}-{high:.2f} | {verdict(low, high)} | {med(ref, 'p99'):.2f} / {med(m, 'p99'):.2f} |")
+    others = sorted({label for _, _, runs in rows for label in runs if label == "baseline" or label.startswith("musicd ")})
+    if others:
+        lines += ["", "## Other musicd builds and settings against this one (same run, alternated)", "",
+                  (f"baseline: {BASELINE_BIN}. " if BASELINE_BIN else "") +
+                  "; ".join(f"musicd {v}: {', '.join(f'{k}={x}' for k, x in e.items())}" for v, e in VARIANTS), "",
+                  "| cell | conns | build | median | other / this musicd (median) | spread | verdict | server CPU | box CPU | p99 ms |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for name, conns, runs in rows:
-            m, old = runs["musicd"], runs["baseline"]
-            if not old:
-                continue
-            lines.append(
-                f"| {name} | {conns} | {med(old, 'rps'):,.0f} | {med(m, 'rps'):,.0f} | "
-                f"{med(m, 'rps') / med(old, 'rps'):.2f} | {med(old, 'p99'):.2f} / {med(m, 'p99'):.2f} | "
-                f"{med(old, 'cpu_us_req'):.1f} / {med(m, 'cpu_us_req'):.1f} |")
-    if any(runs["h2o"] for _, _, runs in rows):
-        lines += ["", "Against every peer (same run, alternated; ratio = musicd / the best peer):", "",
-                  "| cell | conns | nginx | h2o | lighttpd | musicd | musicd / best | CPU µs/req nginx / h2o / lighttpd / musicd | p99 ms nginx / h2o / lighttpd / musicd |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for name, conns, runs in rows:
-            if not runs["h2o"]:
-                continue
-            servers = ["nginx", "h2o", "lighttpd", "musicd"]
-            rps = {s: med(runs[s], "rps") for s in servers}
-            best = max(rps[s] for s in servers[:3])
             big = "4 MiB" in name
-            fmt = (lambda v: f"{v * 1e-3:,.2f} GB/s") if big else (lambda v: f"{v:,.0f}")
-            value = (lambda s: med(runs[s], "mbps")) if big else (lambda s: rps[s])
-            best_value = max(value(s) for s in servers[:3])
+            key, cost = ("mbps", "s_gb") if big else ("rps", "us_req")
+            show = (lambda v: f"{v * 1e-3:.2f} GB/s") if big else (lambda v: f"{v:,.0f}")
+            for label in ["musicd", *others]:
+                if not runs.get(label):
+                    continue
+                low, mid, high = paired(runs[label], runs["musicd"], key)
+                lines.append(
+                    f"| {name} | {conns} | {label} | {show(med(runs[label], key))} | {mid:.2f} | {low:.2f}-{high:.2f} | "
+                    f"{verdict(low, high) if label != 'musicd' else '-'} | {med(runs[label], 'cpu_' + cost):.2f} | "
+                    f"{med(runs[label], 'box_' + cost):.2f} | {med(runs[label], 'p99'):.2f} |")
+    socket_rows = [(name, conns, label, series) for name, conns, runs in rows if "4 MiB" in name
+                   for label, series in runs.items() if series and "sndbuf_kib" in series[0]]
+    if socket_rows:
+        lines += ["", "## Large files: where the CPU goes and what the sockets hold", "",
+                  "CPU in s per GB sent; socket figures from `ss -tmi` half-way through each round (medians over the "
+                  "server's connections, then over rounds): the send buffer's size, the bytes queued in it, and those "
+                  "not yet sent.", "",
+                  "| cell | server | GB/s | server s/GB | wrk s/GB | softirq s/GB | box s/GB | box busy | send buffer KiB | queued KiB | not sent KiB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, conns, label, series in socket_rows:
             lines.append(
-                f"| {name} | {conns} | " + " | ".join(fmt(value(s)) for s in servers) +
-                f" | {value('musicd') / best_value:.2f} | " +
-                " / ".join(f"{med(runs[s], 'cpu_us_req'):.1f}" for s in servers) + " | " +
-                " / ".join(f"{med(runs[s], 'p99'):.2f}" for s in servers) + " |")
+                f"| {name} | {label} | {med(series, 'mbps') * 1e-3:.2f} | {med(series, 'cpu_s_gb'):.3f} | "
+                f"{med(series, 'wrk_s_gb'):.3f} | {med(series, 'softirq_s_gb'):.3f} | {med(series, 'box_s_gb'):.3f} | "
+                f"{med(series, 'box_busy') * 100:.0f} % | {med(series, 'sndbuf_kib'):,.0f} | {med(series, 'queued_kib'):,.0f} | "
+                f"{med(series, 'notsent_kib'):,.0f} |")
     by_name = {(name, conns): runs for name, conns, runs in rows}
     for plain, logged in [(("4 KiB file", 100), ("4 KiB file, access logs on", 100)),
                           (("1,000 files of 2-8 KiB", 100), ("1,000 files of 2-8 KiB, access logs on", 100))]:
         if plain in by_name and logged in by_name:
             off, on = by_name[plain], by_name[logged]
             lines.append(
-                f"\n{plain[0]}, {plain[1]} conns, access log on / off (same run): musicd "
-                f"{med(on['musicd'], 'rps') / med(off['musicd'], 'rps'):.2f}, nginx "
-                f"{med(on['nginx'], 'rps') / med(off['nginx'], 'rps'):.2f}; musicd CPU µs/req "
-                f"{med(off['musicd'], 'cpu_us_req'):.1f} off, {med(on['musicd'], 'cpu_us_req'):.1f} on")
+                f"\n{plain[0]}, {plain[1]} conns, access log on / off (same run): " +
+                ", ".join(f"{s} {med(on[s], 'rps') / med(off[s], 'rps'):.2f}"
+                          for s in ("musicd", "nginx", "h2o", "lighttpd") if on.get(s) and off.get(s)) +
+                f"; musicd CPU µs/req {med(off['musicd'], 'cpu_us_req'):.1f} off, {med(on['musicd'], 'cpu_us_req'):.1f} on")
     rss = Path(f"/proc/{musicd['direct'].pid}/status").read_text()
     vmrss = re.search(r"VmRSS:\s+(\d+)", rss)
     lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "
               "(includes the in-memory file cache: the 4 KiB file and the 1,000 small files; the 4 MiB "
               "file is kept open, not in memory)."]
-    text = "\n".join(lines) + "\n"
-    if not ONLY and not BASELINE_BIN:
-        out = ROOT / "bench" / "results" / "http.md"
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(text)
-    print(text)
     print(json.dumps(summary), file=sys.stderr)
-    shutil.rmtree(work, ignore_errors=True)
+    return "\n".join(lines) + "\n"
 
 
 def stop_all(*_):
