@@ -196,6 +196,9 @@ pub(crate) struct LimitsConfig {
     pub(crate) rate_after_bytes: u64,
     /// The pace, in bytes per second (0: none).
     pub(crate) rate_bytes_per_sec: u64,
+    /// Most bytes a connection's socket holds not yet sent (`TCP_NOTSENT_LOWAT`; 0: the
+    /// kernel's default, no bound).
+    pub(crate) socket_unsent_bytes: u32,
 }
 
 /// The in-process caches in front of Redis and the disk.

@@ -92,6 +92,7 @@ pub(super) struct RawLimits {
     pub(super) max_connections: Option<usize>,
     pub(super) rate_after_bytes: Option<u64>,
     pub(super) rate_bytes_per_sec: Option<u64>,
+    pub(super) socket_unsent_bytes: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -311,6 +311,9 @@ impl RawConfig {
             rate_bytes_per_sec: raw_limits
                 .rate_bytes_per_sec
                 .unwrap_or(LIMITS_RATE_BYTES_PER_SEC),
+            socket_unsent_bytes: raw_limits
+                .socket_unsent_bytes
+                .unwrap_or(LIMITS_SOCKET_UNSENT_BYTES),
         };
 
         let mut trusted_proxies = Vec::new();

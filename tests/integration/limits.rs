@@ -217,3 +217,69 @@ async fn a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
     );
     drop(stalled);
 }
+
+/// The server's send queue (bytes not yet acknowledged or not yet sent) on the connection
+/// from local port `client` to `server`, from `ss`.
+fn server_send_queue(server: u16, client: u16) -> Option<u64> {
+    let out = std::process::Command::new("ss")
+        .args(["-tnH", "state", "established"])
+        .arg(format!("( sport = :{server} and dport = :{client} )"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Columns (with a state filter): Recv-Q Send-Q Local Peer.
+    text.lines().next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_slowly_is_not_sent_megabytes_ahead_into_kernel_memory() {
+    // Thousands of slow listeners each given megabytes of send buffer pushed the kernel
+    // into TCP memory pressure, where it resets connections (TcpExtTCPAbortOnMemory).
+    let env = TestEnv::shared_with(&["cache.file_total_bytes=0"]).await;
+    let (id, _) = env.track("big.mp3", &pattern(16 * 1024 * 1024, 3)).await;
+    let server = env.musicd().await;
+    let mut client = TcpStream::connect(server.addr).expect("connect");
+    let client_port = client.local_addr().expect("local").port();
+    client
+        .write_all(
+            format!(
+                "GET /musicdb/{}/x.mp3 HTTP/1.1\r\nHost: x\r\n\r\n",
+                id.to_hex()
+            )
+            .as_bytes(),
+        )
+        .expect("write");
+    let mut first = [0u8; 1024];
+    let began = client.read(&mut first).expect("first bytes");
+    assert!(first[..began].starts_with(b"HTTP/1.1 200"));
+    // The client stops reading: its receive window fills, and the server sends no more
+    // than its socket may hold unsent. Wait until that queue stops moving.
+    let port = server.addr.port();
+    let mut last = None;
+    crate::harness::eventually(Duration::from_secs(10), "the send queue settles", || {
+        let now = server_send_queue(port, client_port);
+        let settled = now.is_some() && now == last;
+        last = now;
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            settled
+        }
+    })
+    .await;
+    let queued = last.expect("a queue");
+    // The default bound is 16 KiB unsent; one sendfile may pass it by a segment.
+    assert!(
+        queued <= 256 * 1024,
+        "{queued} bytes queued for a client that reads nothing"
+    );
+    // And the rest still comes once the client reads.
+    let mut total = began as u64;
+    let mut buffer = vec![0u8; 256 * 1024];
+    while total < 16 * 1024 * 1024 {
+        match client.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => total += n as u64,
+        }
+    }
+    assert!(total >= 16 * 1024 * 1024, "{total}");
+}

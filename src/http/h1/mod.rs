@@ -44,6 +44,8 @@ pub struct Settings {
     pub(crate) proxy_protocol: bool,
     /// File bodies leave with `sendfile(2)`; otherwise they are copied through a buffer.
     pub(crate) zero_copy: bool,
+    /// `TCP_NOTSENT_LOWAT` of every accepted socket (0: left to the kernel).
+    pub(crate) socket_unsent_bytes: u32,
 }
 
 impl Settings {
@@ -60,6 +62,7 @@ impl Settings {
             },
             proxy_protocol: config.proxy_protocol,
             zero_copy: config.zero_copy,
+            socket_unsent_bytes: config.limits.socket_unsent_bytes,
         }
     }
 }
