@@ -545,6 +545,29 @@ mod tests {
     }
 
     #[test]
+    fn a_request_never_waits_for_another_loops_drain_and_is_still_never_stale() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, cache) = one_watched_file(&dir, 100);
+        assert!(vouched_without_stat(&cache, &path));
+        let watcher = cache.watcher.as_ref().expect("watcher");
+        // Another event loop draining (holding the tables) while this one checks a request.
+        let held = watcher.hold_tables();
+        let stats = cache.stat_calls();
+        assert!(fresh(&cache, &path).is_some(), "served, without waiting");
+        assert_eq!(
+            cache.stat_calls(),
+            stats + 1,
+            "proved current by its own stat"
+        );
+        std::fs::write(&path, b"version 2").expect("write");
+        assert!(
+            fresh(&cache, &path).is_none(),
+            "a change is seen by that stat"
+        );
+        drop(held);
+    }
+
+    #[test]
     fn a_drain_vouches_only_for_requests_read_before_it_began() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (path, cache) = one_watched_file(&dir, 100);
