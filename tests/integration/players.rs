@@ -127,3 +127,46 @@ async fn listeners_stall_against_a_musicd_paced_below_their_bitrate() {
     assert_eq!(code, Some(1), "{report}");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_are_held_by_a_musicd_pacing_in_large_sends_above_their_bitrate() {
+    // 60,000 bytes/s after a free start of 4 s of playback: the pace sends 80,000 bytes
+    // (1.3 s of it) at a time, half the free start, so each listener's buffer dips to 2 s
+    // of audio at worst before the next send comes.
+    let env = TestEnv::shared_with(&[
+        "limits.rate_bytes_per_sec=60000",
+        "limits.rate_after_bytes=160000",
+    ])
+    .await;
+    let ids = library(&env).await;
+    let server = env.musicd().await;
+    let url = server.url("");
+    let (code, report) = tokio::task::spawn_blocking(move || {
+        players(
+            &env,
+            &url,
+            &ids,
+            &[
+                "--listeners",
+                "5",
+                "--duration",
+                "6s",
+                "--prebuffer",
+                "1s",
+                "--seek-rate",
+                "0",
+                "--skip-rate",
+                "0",
+                "--probe",
+                "none",
+            ],
+        )
+    })
+    .await
+    .expect("players");
+    assert_eq!(report["held"], 5, "{report}");
+    assert_eq!(report["stalls"], 0, "{report}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{report}");
+    assert_eq!(code, Some(0), "{report}");
+    server.shutdown().await;
+}

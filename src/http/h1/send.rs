@@ -31,6 +31,20 @@ const OUTPUT_COALESCE: usize = 64 * 1024;
 /// Bytes read per step when a file body is copied rather than sent with `sendfile`.
 const COPY_CHUNK: usize = 256 * 1024;
 
+/// How many bytes a paced body sends at once: a tenth of a second's worth when the client
+/// got no free start (the pace alone feeds its buffer), otherwise half the free start, up to
+/// two seconds' worth.
+///
+/// Why: each send wakes the connection's loop once. At 320 kbps a tenth of a second is 4 KB,
+/// and 10,000 listeners made 100,000 wakeups a second; in one or two-second sends they make
+/// 5,000-10,000. A chunk leaves only once the pace has earned its last byte, so the player
+/// ahead by the free start (`after`) dips to at least half of it before the next send
+/// arrives and never runs dry (the listener model of `musicctl players`).
+fn pace_chunk(rate: u64, after: u64) -> u64 {
+    let tenth = (rate / 10).max(4096);
+    (after / 2).min(rate.saturating_mul(2)).max(tenth)
+}
+
 /// Why a file body could not be sent to the end.
 enum FileSendError {
     /// The file changed, shrank or could not be read: worth a warning.
@@ -145,8 +159,9 @@ impl<S: Service> Connection<S> {
     }
 
     /// How many of `left` body bytes may leave now, after `sent`: all of them without
-    /// pacing or before its free start; otherwise a chunk, once the clock allows it
-    /// (sleeping, never spinning). A paced response holds one chunk in the socket at a time.
+    /// pacing or before its free start; otherwise a chunk ([`pace_chunk`]), once the clock
+    /// allows its last byte (sleeping, never spinning), so the client never holds more than
+    /// the free start plus the pace has earned.
     async fn pace(&mut self, sent: u64, left: u64) -> u64 {
         let Some(pacing) = self.pacing else {
             return left;
@@ -155,7 +170,7 @@ impl<S: Service> Connection<S> {
         if sent < after {
             return left.min(after - sent);
         }
-        let chunk = (rate / 10).clamp(4096, 256 * 1024).min(left);
+        let chunk = pace_chunk(rate, after).min(left);
         let started = *self.paced_since.get_or_insert_with(std::time::Instant::now);
         // The chunk may leave once `after + rate * elapsed` covers it.
         let due = Duration::from_secs_f64((sent + chunk - after) as f64 / rate as f64);
@@ -402,6 +417,33 @@ impl<S: Service> Connection<S> {
                 io::ErrorKind::TimedOut,
                 "client stopped reading",
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pace_chunk;
+
+    #[test]
+    fn a_paced_body_leaves_in_sends_of_up_to_two_seconds_within_half_the_free_start() {
+        let rate = 40_000; // 320 kbps
+        // No free start: a tenth of a second at a time (at least a page), as before.
+        assert_eq!(pace_chunk(rate, 0), 4096);
+        assert_eq!(pace_chunk(400_000, 0), 40_000);
+        // A free start of 10 s of audio: sends of 2 s (the cap), never more than half of it.
+        assert_eq!(pace_chunk(rate, 400_000), 80_000);
+        // A free start of 1 s: half a second at a time.
+        assert_eq!(pace_chunk(rate, 40_000), 20_000);
+        // Slow paces still send at least a page.
+        assert_eq!(pace_chunk(1_000, 0), 4096);
+        for after in [0, 1, 4096, 100_000, 10_000_000, u64::MAX] {
+            let chunk = pace_chunk(rate, after);
+            assert!(chunk <= 2 * rate, "{after}: {chunk}");
+            assert!(
+                chunk <= after / 2 || chunk == 4096.max(rate / 10),
+                "{after}: {chunk}"
+            );
         }
     }
 }
