@@ -4,9 +4,10 @@
  * listener and epoll set; a request is recognised by its blank line only (no parsing, no
  * routing, no logging); every request gets the same file: from memory in one send() when it
  * is small, or headers then non-blocking sendfile() when it is large. Keep-alive and
- * pipelining work. It is an anchor for the benchmark, not a server anyone should run. For large
- * files it is no ceiling: lighttpd 1.4.69 sends 4 MiB faster here, by a send pattern not yet
- * understood.
+ * pipelining work. It is an anchor for the benchmark, not a server anyone should run. Every
+ * socket holds at most 16 KiB not yet sent (TCP_NOTSENT_LOWAT), the send pattern that measured
+ * fastest here for large files (bench/results/large-files.md): without it, lighttpd sent 4 MiB
+ * faster than this "ceiling".
  *
  *   cc -O2 -pthread -o limitd limitd.c
  *   ./limitd PORT FILE [THREADS]        (loopback only)
@@ -94,7 +95,7 @@ static int flush(struct conn *c) {
  * is blocked. */
 static void *worker(void *arg) {
     (void)arg;
-    int ls = listener(), ep = epoll_create1(0), one = 1;
+    int ls = listener(), ep = epoll_create1(0), one = 1, lowat = 16 * 1024;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL}, evs[MAXEV];
     epoll_ctl(ep, EPOLL_CTL_ADD, ls, &ev);
     for (;;) {
@@ -105,6 +106,7 @@ static void *worker(void *arg) {
                 int fd;
                 while ((fd = accept4(ls, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &lowat, sizeof lowat);
                     c = calloc(1, sizeof *c);
                     c->fd = fd;
                     struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
