@@ -66,7 +66,9 @@ def free_port():
 def start(cmd, **kw):
     if PIN:
         cmd = ["taskset", "-c", SERVER_CPU] + cmd
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    # Its own session: lighttpd stops its workers with kill(0, SIGTERM), which reached this
+    # script too (its SIGTERM handler then exited 1 after a complete run).
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, **kw)
     procs.append(p)
     return p
 
