@@ -135,6 +135,7 @@ impl Server {
             }
         };
         let mut loops = Vec::new();
+        let (pin_loops, loop_count) = (config.worker_cpu_affinity, config.worker_threads);
         for index in 1..config.worker_threads {
             let listener = another_descriptor(&listener)?;
             let other = loop_of(
@@ -149,6 +150,9 @@ impl Server {
             let spawned = std::thread::Builder::new()
                 .name(format!("musicd-loop-{index}"))
                 .spawn(move || -> std::io::Result<()> {
+                    if pin_loops {
+                        pin_to_nth_cpu(index, loop_count);
+                    }
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()?;
@@ -232,6 +236,43 @@ impl LoopListener {
             log.flush_and_settle(grace.clamp(Duration::from_secs(1), Duration::from_secs(5)))
                 .await;
         }
+    }
+}
+
+/// Keeps the calling thread, event loop `index`, on the `index`-th CPU this process may run
+/// on, when `worker_cpu_affinity` is on and every loop has a CPU of its own. Left to the
+/// scheduler, two loops sometimes shared a core while the other core ran something else,
+/// and every connection of the waiting loop waited with it (see `WORKER_CPU_AFFINITY`).
+/// Threads the loop starts later (its blocking pool) inherit the CPU.
+pub(crate) fn pin_event_loop(config: &Config, index: usize) {
+    if config.worker_cpu_affinity {
+        pin_to_nth_cpu(index, config.worker_threads);
+    }
+}
+
+fn pin_to_nth_cpu(index: usize, loops: usize) {
+    // Read once, before the first loop is pinned: the loops started later inherit that
+    // loop's single CPU, and would otherwise find only it to choose from.
+    static ALLOWED: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    let cpus = ALLOWED.get_or_init(|| match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&cpu| set.is_set(cpu))
+            .collect(),
+        Err(err) => {
+            tracing::debug!(error = %err, "cannot read the CPUs allowed");
+            Vec::new()
+        }
+    });
+    let Some(&cpu) = cpus.get(index) else {
+        return;
+    };
+    if loops > cpus.len() {
+        return;
+    }
+    let mut only = rustix::thread::CpuSet::new();
+    only.set(cpu);
+    if let Err(err) = rustix::thread::sched_setaffinity(None, &only) {
+        tracing::debug!(error = %err, cpu, "cannot pin the event loop");
     }
 }
 

@@ -146,6 +146,9 @@ pub struct Config {
     pub(crate) log_level: String,
     /// Event loops (threads) serving connections; 0 in the file means one per core.
     pub(crate) worker_threads: usize,
+    /// Event loop i runs only on the i-th CPU this process may use (when there are no more
+    /// loops than CPUs).
+    pub(crate) worker_cpu_affinity: bool,
     /// MongoDB settings.
     pub mongodb: MongoConfig,
     /// Redis settings.

@@ -22,6 +22,7 @@ pub(super) struct RawConfig {
     pub(super) accel_location: Option<String>,
     pub(super) log_level: Option<String>,
     pub(super) worker_threads: Option<usize>,
+    pub(super) worker_cpu_affinity: Option<bool>,
     #[serde(default)]
     pub(super) mongodb: RawMongo,
     #[serde(default)]

@@ -415,6 +415,7 @@ impl RawConfig {
                 0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
                 n => n,
             },
+            worker_cpu_affinity: self.worker_cpu_affinity.unwrap_or(WORKER_CPU_AFFINITY),
             mongodb,
             redis,
             daemon,

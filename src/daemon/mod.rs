@@ -246,6 +246,9 @@ async fn serve_until_stopped(
     let local = std_listener.local_addr().map_err(DaemonError::Inherited)?;
     let listener = TcpListener::from_std(std_listener).map_err(DaemonError::Inherited)?;
     let server = Server::build(&config).await?;
+    // This thread is event loop 0 (the others are started by `serve`). Pinned after the
+    // build, so the threads it started (the access log's writer) stay free to move.
+    crate::server::pin_event_loop(&config, 0);
 
     let readiness = http::ops::readiness(server.state()).await;
     let status = format!(

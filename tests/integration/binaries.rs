@@ -496,3 +496,92 @@ async fn compare_checks_a_cut_over_track_by_track() {
     assert_eq!(output.status.code(), Some(0), "{text}");
     assert!(text.contains("1 tracks, 1 agree, 0 differ"), "{text}");
 }
+
+/// The CPUs a thread may run on, from `Cpus_allowed_list` ("0-1", "0,2-3").
+fn cpus_allowed(status: &str) -> Vec<usize> {
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("")
+        .trim();
+    let mut cpus = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(from), Ok(to)) = (from.parse::<usize>(), to.parse::<usize>()) {
+            cpus.extend(from..=to);
+        }
+    }
+    cpus
+}
+
+/// The CPUs each named thread of process `pid` may run on.
+fn thread_cpus(pid: u32) -> Vec<(String, Vec<usize>)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            Some((name.trim().to_string(), cpus_allowed(&status)))
+        })
+        .collect()
+}
+
+/// With `worker_cpu_affinity` (the default) each event loop of `musicd run` keeps to a CPU
+/// of its own: left to the scheduler, two loops sometimes shared a core and p99 latency
+/// went from a few to tens of milliseconds. Off, every loop may run anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_event_loop_keeps_to_a_cpu_of_its_own() {
+    let allowed = cpus_allowed(&std::fs::read_to_string("/proc/self/status").expect("status"));
+    let loops = allowed.len().min(2);
+    for pinned in [true, false] {
+        let env = TestEnv::shared_with(&[
+            &format!("worker_cpu_affinity={pinned}"),
+            &format!("worker_threads={loops}"),
+        ])
+        .await;
+        let port = free_port();
+        let mut command = env.command("musicd");
+        command
+            .arg("run")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = crate::harness::spawn(command);
+        let pid = child.id();
+        let expected: Vec<(&str, Vec<usize>)> = [("musicd", 0), ("musicd-loop-1", 1)]
+            .into_iter()
+            .take(loops)
+            .map(|(name, nth)| {
+                (
+                    name,
+                    if pinned {
+                        vec![allowed[nth]]
+                    } else {
+                        allowed.clone()
+                    },
+                )
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let seen = thread_cpus(pid);
+            let all = expected.iter().all(|(name, cpus)| {
+                seen.iter()
+                    .any(|(thread, allowed)| thread == name && allowed == cpus)
+            });
+            if all {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pinned {pinned}: expected {expected:?}, threads {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = crate::harness::procs::kill_child(&mut child);
+    }
+}
