@@ -24,6 +24,10 @@ SECONDS = int(os.environ.get("PLAYERS_SECONDS", "40"))
 STEPS = int(os.environ.get("PLAYERS_STEPS", "8"))
 # "|"-separated server names to run (all by default), e.g. PLAYERS_SERVERS=musicd|nginx.
 ONLY = [s for s in os.environ.get("PLAYERS_SERVERS", "").split("|") if s]
+# Pacing for musicd, "rate:after" in bytes (limits.rate_bytes_per_sec, rate_after_bytes).
+PACE = os.environ.get("PLAYERS_PACE", "")
+# Another musicd binary to run instead of this build's (an A/B across builds).
+MUSICD_BIN = os.environ.get("PLAYERS_MUSICD_BIN", str(run.REL / "musicd"))
 TRACKS = 40
 # 100 s at 320 kbps: a listener asks for a new track (or seeks) now and then, not once.
 TRACK_BYTES = 4_000_000
@@ -69,6 +73,20 @@ class PeakRss:
         return self.peak
 
 
+def wakeups(pids):
+    """Context switches of every thread of `pids` (voluntary ones: each is a sleep, so a
+    wakeup): a server's wakeups."""
+    total = 0
+    for pid in pids:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                m = run.re.search(r"voluntary_ctxt_switches:\s+(\d+)", (task / "status").read_text())
+                total += int(m.group(1)) if m else 0
+        except OSError:
+            pass
+    return total
+
+
 def tcp_ext(name):
     """A TcpExt counter from /proc/net/netstat (what `nstat` shows), e.g. TCPAbortOnMemory."""
     lines = Path("/proc/net/netstat").read_text().splitlines()
@@ -93,6 +111,8 @@ def main():
     CONFIG.write_text(
         f'listen = "127.0.0.1:{musicd_port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n'
         f'[limits]\nmax_connections = 30000\n'
+        + (f'rate_bytes_per_sec = {PACE.split(":")[0]}\nrate_after_bytes = {PACE.split(":")[1]}\n' if PACE else '')
+        +
         f'[mongodb]\nuri = "mongodb://127.0.0.1:{mport}"\ndatabase = "players"\n'
         f'[redis]\nurl = "redis://127.0.0.1:{rport}"\n'
         f'[access_log]\nformat = "combined"\npath = "{work}/musicd-access.log"\n')
@@ -104,7 +124,7 @@ def main():
     by_path = work / "by-path.tsv"
     by_path.write_text("".join(f"{Path(p).name}\t{p}\n" for _, p in rows))
     (work / "paths.json").write_text(json.dumps({i: p for i, p in rows}))
-    musicd = run.start([str(run.REL / "musicd"), "--config", str(CONFIG), "run"])
+    musicd = run.start([MUSICD_BIN, "--config", str(CONFIG), "run"])
     run.wait_port(musicd_port)
     user = "user root;" if os.geteuid() == 0 else ""
     (work / "nginx.conf").write_text(f"""{user}
@@ -145,16 +165,18 @@ http {{
         before = run.cpu_ticks(pids)
         idle_rss = rss_kib(pids)
         aborts = tcp_ext("TCPAbortOnMemory")
+        woken = wakeups(pids)
         peak = PeakRss(pids)
         report = players(url, track_ids, LISTENERS)
         report["peak_rss_kib"], report["idle_rss_kib"] = peak.stop(), idle_rss
         report["aborts_on_memory"] = tcp_ext("TCPAbortOnMemory") - aborts
+        report["server_wakeups"] = wakeups(pids) - woken
         server_cpu = (run.cpu_ticks(pids) - before) / run.TICK
         listener_seconds = sum(step["listeners"] for step in report.get("ramp", [])) * SECONDS / STEPS
         rows_out.append((name, report, server_cpu, listener_seconds))
         print(name, json.dumps({k: report.get(k) for k in
                                 ("most_held", "listeners", "held", "stalls", "stalled_listeners", "errors", "tool_cpu_s",
-                                 "peak_rss_kib", "aborts_on_memory")}),
+                                 "peak_rss_kib", "aborts_on_memory", "server_wakeups")}),
               file=sys.stderr)
     lines = ["# Listeners held at 320 kbps without a stall", "",
              f"{time.strftime('%Y-%m-%d')}. The machine: {run.machine()}.", "",
@@ -166,9 +188,12 @@ http {{
              "servers share the machine's 2 cores.", "",
              "Memory per 1,000 listeners is the server's peak resident set during the run less its "
              "resident set before it, over the listeners at the end. \"Aborts\" is the kernel's "
-             "`TcpExtTCPAbortOnMemory` during the run (connections reset under TCP memory pressure).", "",
-             "| server | most held | listeners at the end | stalls | stalled listeners | errors | aborts | server CPU s | peak RSS MiB | MiB per 1,000 listeners | tool CPU s | tool CPU ms per 1,000 listener-s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "`TcpExtTCPAbortOnMemory` during the run (connections reset under TCP memory pressure). "
+             "Server wakeups are its threads' voluntary context switches (each a sleep ended) per "
+             "listener-second." + (f" musicd paced at {PACE.split(':')[0]} bytes/s after "
+                                   f"{PACE.split(':')[1]} bytes." if PACE else ""), "",
+             "| server | most held | listeners at the end | stalls | stalled listeners | errors | aborts | server CPU s | peak RSS MiB | MiB per 1,000 listeners | tool CPU s | tool CPU ms per 1,000 listener-s | server wakeups per listener-s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, report, server_cpu, listener_seconds in rows_out:
         errors = sum(report.get("errors", {}).values())
         per_1000 = report["tool_cpu_s"] * 1000 / max(listener_seconds, 1e-9) * 1000
@@ -177,13 +202,14 @@ http {{
         lines.append(f"| {name} | {report.get('most_held') or 0:,} | {report['listeners']:,} | {report['stalls']} | "
                      f"{report['stalled_listeners']} | {errors}{f' ({kinds})' if kinds else ''} | "
                      f"{report['aborts_on_memory']} | {server_cpu:.1f} | {report['peak_rss_kib'] / 1024:.0f} | "
-                     f"{grown / max(report['listeners'], 1) * 1000:.1f} | {report['tool_cpu_s']:.1f} | {per_1000:.1f} |")
+                     f"{grown / max(report['listeners'], 1) * 1000:.1f} | {report['tool_cpu_s']:.1f} | {per_1000:.1f} | "
+                     f"{report['server_wakeups'] / max(listener_seconds, 1e-9):.2f} |")
     lines += ["", "Each step (listeners: stalled share of listener-seconds, errors):", ""]
     for name, report, _, _ in rows_out:
         steps = ", ".join(f"{s['listeners']}: {s['stalled_share'] * 100:.2f} %/{s['errors']}" for s in report.get("ramp", []))
         lines.append(f"- {name}: {steps}")
     text = "\n".join(lines) + "\n"
-    if not ONLY:
+    if not ONLY and not PACE and MUSICD_BIN == str(run.REL / "musicd"):
         (run.ROOT / "bench" / "results" / "players.md").write_text(text)
     print(text)
     run.shutil.rmtree(work, ignore_errors=True)

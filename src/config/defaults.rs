@@ -93,7 +93,7 @@ pub(crate) const LIMITS_RATE_BYTES_PER_SEC: u64 = 0;
 /// Default of `limits.socket_unsent_bytes`. Measured (bench/results/large-files.md): from
 /// 4 to 32 KiB a 4 MiB file leaves at 1.6-1.7x the speed of an unbounded socket for 0.6x
 /// the whole machine's CPU per GB; from 64 KiB on the gain is gone. 16 KiB is the middle of
-/// that plateau, and what large HTTP front ends run for the same reason.
+/// that plateau, and the value Cloudflare recommends for web servers.
 pub(crate) const LIMITS_SOCKET_UNSENT_BYTES: u32 = 16 * 1024;
 /// Default of `worker_cpu_affinity`. Measured (bench/results/http.md, 4 KiB at 100
 /// connections, wrk on the same 2 cores): unpinned, the scheduler at times ran both loops
