@@ -16,6 +16,7 @@ use mongodb::bson::{Bson, Document, doc};
 use serde::Serialize;
 
 use super::{AdminError, Backends};
+use crate::catalog::cache::Fill;
 use crate::catalog::mongo::{StoredPath, stored_path};
 use crate::media::{MediaError, MediaRoots};
 use crate::redis_link::{self, RedisTarget};
@@ -46,6 +47,9 @@ pub struct ReindexReport {
     pub(crate) invalid_document: u64,
     /// Entries whose write failed.
     pub(crate) write_failed: u64,
+    /// Entries not written because the change-stream follower changed them while this
+    /// batch was read (its write stands), or whose document was deleted meanwhile.
+    pub(crate) changed_meanwhile: u64,
     /// Cache entries examined by `--prune`.
     pub(crate) cache_entries: u64,
     /// Stale cache entries removed by `--prune`.
@@ -73,7 +77,7 @@ impl ReindexReport {
             "indexed"
         };
         let mut out = format!(
-            "reindex: {} documents in {:.2}s ({:.0}/s): {verb} {}, missing file {}, outside roots {}, invalid document {}, write failed {}\n",
+            "reindex: {} documents in {:.2}s ({:.0}/s): {verb} {}, missing file {}, outside roots {}, invalid document {}, write failed {}, changed meanwhile {}\n",
             self.documents,
             self.seconds,
             self.documents as f64 / self.seconds.max(1e-9),
@@ -81,7 +85,8 @@ impl ReindexReport {
             self.missing_file,
             self.outside_roots,
             self.invalid_document,
-            self.write_failed
+            self.write_failed,
+            self.changed_meanwhile
         );
         if self.prune {
             let verb = if self.dry_run {
@@ -134,25 +139,28 @@ pub async fn reindex(
     };
     let mut batches = CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size).await?;
     // One batch is checked on the blocking pool while the next is read from the cursor.
-    let mut checking: Option<tokio::task::JoinHandle<Vec<Verdict>>> = None;
+    let mut checking: Option<tokio::task::JoinHandle<Checked>> = None;
     while !batches.exhausted() || checking.is_some() {
         let mut next = None;
         if !batches.exhausted() {
             let batch = batches.next().await?;
             report.documents += batch.len() as u64;
             if !batch.is_empty() {
+                let leased = lease_and_reread(backends, &field, batch, options.dry_run).await?;
                 let roots = backends.roots.clone();
                 let field = field.clone();
-                next = Some(tokio::task::spawn_blocking(move || {
-                    classify(&roots, &field, batch)
+                next = Some(tokio::task::spawn_blocking(move || Checked {
+                    verdicts: classify(&roots, &field, leased.documents),
+                    fills: leased.fills,
+                    gone: leased.gone,
                 }));
             }
         }
         if let Some(previous) = checking.take() {
-            let verdicts = previous
+            let checked = previous
                 .await
                 .map_err(|e| AdminError::Usage(format!("path check failed: {e}")))?;
-            write_batch(backends, verdicts, options.dry_run, &mut report).await;
+            write_batch(backends, checked, options.dry_run, &mut report).await;
             progress(ReindexProgress {
                 documents: report.documents,
                 indexed: report.indexed,
@@ -244,12 +252,87 @@ fn classify(roots: &MediaRoots, field: &str, batch: Vec<Document>) -> Vec<Verdic
         .collect()
 }
 
+/// A batch read again under fill leases.
+struct Leased {
+    /// The documents as read after the leases were taken.
+    documents: Vec<Document>,
+    /// Each id's lease; empty in a dry run, or when Redis refused the leases.
+    fills: HashMap<ObjectId, Fill>,
+    /// Ids deleted between the cursor's read and this one.
+    gone: u64,
+}
+
+/// A batch whose files were checked.
+struct Checked {
+    verdicts: Vec<Verdict>,
+    fills: HashMap<ObjectId, Fill>,
+    gone: u64,
+}
+
+/// Takes a fill lease for every id of `batch`, then reads their documents again: what is
+/// written is what MongoDB said after the lease, so a change the follower applies later
+/// revokes it and the follower's write stands ([`crate::catalog::cache`]). The cursor's
+/// read alone came too early: a change applied between it and the write was undone, until
+/// the entry's TTL. A dry run writes nothing, so it keeps the cursor's documents.
+async fn lease_and_reread(
+    backends: &Backends,
+    field: &str,
+    batch: Vec<Document>,
+    dry_run: bool,
+) -> Result<Leased, AdminError> {
+    let unleased = |documents| Leased {
+        documents,
+        fills: HashMap::new(),
+        gone: 0,
+    };
+    if dry_run {
+        return Ok(unleased(batch));
+    }
+    let ids: Vec<ObjectId> = batch
+        .iter()
+        .filter_map(|document| document.get_object_id("_id").ok())
+        .collect();
+    let fills = match backends.cache.begin_fills(&ids).await {
+        Ok(fills) => fills,
+        Err(err) => {
+            // Nothing can be written without a lease; the batch is still checked and counted.
+            tracing::warn!(error = %err, entries = ids.len(), "cache leases failed");
+            return Ok(unleased(batch));
+        }
+    };
+    let invalid: Vec<Document> = batch
+        .into_iter()
+        .filter(|document| document.get_object_id("_id").is_err())
+        .collect();
+    let mut documents: Vec<Document> = backends
+        .store
+        .collection()
+        .find(doc! { "_id": { "$in": &ids } })
+        .projection(doc! { field: 1 })
+        .await?
+        .try_collect()
+        .await?;
+    let gone = (ids.len() - documents.len().min(ids.len())) as u64;
+    documents.extend(invalid);
+    Ok(Leased {
+        documents,
+        fills: ids.into_iter().zip(fills).collect(),
+        gone,
+    })
+}
+
 async fn write_batch(
     backends: &Backends,
-    verdicts: Vec<Verdict>,
+    checked: Checked,
     dry_run: bool,
     report: &mut ReindexReport,
 ) {
+    let Checked {
+        verdicts,
+        mut fills,
+        gone,
+    } = checked;
+    report.changed_meanwhile += gone;
     let mut entries = Vec::with_capacity(verdicts.len());
     for verdict in verdicts {
         match verdict {
@@ -259,13 +342,31 @@ async fn write_batch(
             Verdict::Invalid => report.invalid_document += 1,
         }
     }
-    if dry_run || entries.is_empty() {
+    if dry_run {
         report.indexed += entries.len() as u64;
         return;
     }
-    let count = entries.len() as u64;
-    match backends.cache.put_many(&entries).await {
-        Ok(()) => report.indexed += count,
+    let wanted = entries.len() as u64;
+    let leased: Vec<(Fill, String)> = entries
+        .into_iter()
+        .filter_map(|(id, path)| Some((fills.remove(&id)?, path)))
+        .collect();
+    // The leases of what is not written (no file, outside the roots, deleted meanwhile).
+    let unused: Vec<Fill> = fills.into_values().collect();
+    if let Err(err) = backends.cache.release_fills(unused).await {
+        tracing::debug!(error = %err, "unused leases not released: they expire");
+    }
+    let count = leased.len() as u64;
+    // Without a lease (Redis refused them), an entry is not written.
+    report.write_failed += wanted - count;
+    if count == 0 {
+        return;
+    }
+    match backends.cache.complete_fills(leased).await {
+        Ok(written) => {
+            report.indexed += written;
+            report.changed_meanwhile += count - written;
+        }
         Err(err) => {
             tracing::warn!(error = %err, entries = count, "cache write failed");
             report.write_failed += count;

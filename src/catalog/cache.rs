@@ -18,6 +18,10 @@
 //! follows it (the follower only sees majority-committed changes, and lookups read the
 //! primary); a change applied after it revokes the lease. So a fill never replaces a path
 //! the follower wrote later, and never re-creates a negative entry after an insert.
+//! `musicctl reindex` writes through the same fence, a batch at a time
+//! ([`TrackCache::begin_fills`], then the batch's paths are read, then
+//! [`TrackCache::complete_fills`]): a rebuild that runs while the catalogue changes leaves
+//! the follower's writes standing.
 //!
 //! ## Nor can a follower that was cut off
 //!
@@ -124,48 +128,104 @@ impl TrackCache {
         &self.prefix
     }
 
-    /// Caches many paths at once (reindex): one pipelined round trip on a single server;
-    /// on a cluster, where a pipeline must stay within one slot, concurrent commands that
-    /// the cluster connection multiplexes.
-    pub(crate) async fn put_many(&self, entries: &[(ObjectId, String)]) -> Result<(), CacheError> {
-        let commands: Vec<(String, String, u64)> = entries
+    /// Takes fill leases for many ids at once (`reindex`), before their paths are read:
+    /// the batch form of [`TrackCache::begin_fill`].
+    pub async fn begin_fills(&self, ids: &[ObjectId]) -> Result<Vec<Fill>, CacheError> {
+        let fills: Vec<Fill> = ids
             .iter()
-            .map(|(id, path)| (self.key(id), path.clone(), self.jittered_ttl_ms()))
+            .map(|id| Fill {
+                key: self.key(id),
+                token: format!("{:016x}", rand::random::<u64>()),
+            })
             .collect();
-        self.link
+        let lease_ms = millis(FILL_LEASE);
+        let commands = fills
+            .iter()
+            .map(|fill| {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(fill_key(&fill.key))
+                    .arg(&fill.token)
+                    .arg("PX")
+                    .arg(lease_ms);
+                cmd
+            })
+            .collect();
+        self.run_batch::<redis::Value>(commands).await?;
+        Ok(fills)
+    }
+
+    /// Writes many paths under leases taken by [`TrackCache::begin_fills`]: each is written
+    /// only if the follower did not change its entry since (the rule of
+    /// [`TrackCache::complete_fill`]). How many were written.
+    pub async fn complete_fills(&self, fills: Vec<(Fill, String)>) -> Result<u64, CacheError> {
+        let commands = fills
+            .iter()
+            .map(|(fill, path)| {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(FILL_SOURCE)
+                    .arg(2)
+                    .arg(&fill.key)
+                    .arg(fill_key(&fill.key))
+                    .arg(&fill.token)
+                    .arg(path)
+                    .arg(self.jittered_ttl_ms());
+                cmd
+            })
+            .collect();
+        let written: Vec<u8> = self.run_batch(commands).await?;
+        Ok(written.iter().map(|w| u64::from(*w == 1)).sum())
+    }
+
+    /// Gives back leases that will not be used (a missing file, a deleted document), so they
+    /// do not linger for [`FILL_LEASE`]; a lease another reader took since is left alone.
+    pub async fn release_fills(&self, fills: Vec<Fill>) -> Result<(), CacheError> {
+        let commands = fills
+            .iter()
+            .map(|fill| {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(RELEASE_SOURCE)
+                    .arg(1)
+                    .arg(fill_key(&fill.key))
+                    .arg(&fill.token);
+                cmd
+            })
+            .collect();
+        self.run_batch::<redis::Value>(commands).await?;
+        Ok(())
+    }
+
+    /// Runs many single-key commands: one pipelined round trip on a single server; on a
+    /// cluster, where a pipeline must stay within one slot, concurrent commands that the
+    /// cluster connection multiplexes. Their replies, in order.
+    async fn run_batch<T: redis::FromRedisValue + Send + 'static>(
+        &self,
+        commands: Vec<redis::Cmd>,
+    ) -> Result<Vec<T>, CacheError> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies = self
+            .link
             .run(|conn| async move {
                 match conn {
                     RedisConn::Single(mut conn) => {
                         let mut pipe = redis::pipe();
-                        for (key, path, ttl) in &commands {
-                            pipe.cmd("SET")
-                                .arg(key)
-                                .arg(path)
-                                .arg("PX")
-                                .arg(*ttl)
-                                .ignore();
+                        for cmd in &commands {
+                            pipe.add_command(cmd.clone());
                         }
-                        pipe.query_async::<()>(&mut conn).await
+                        pipe.query_async::<Vec<T>>(&mut conn).await
                     }
                     RedisConn::Cluster(conn) => {
-                        let writes = commands.iter().map(|(key, path, ttl)| {
+                        let replies = commands.iter().map(|cmd| {
                             let mut conn = conn.clone();
-                            async move {
-                                redis::cmd("SET")
-                                    .arg(key)
-                                    .arg(path)
-                                    .arg("PX")
-                                    .arg(*ttl)
-                                    .query_async::<()>(&mut conn)
-                                    .await
-                            }
+                            async move { cmd.query_async::<T>(&mut conn).await }
                         });
-                        futures_util::future::try_join_all(writes).await.map(|_| ())
+                        futures_util::future::try_join_all(replies).await
                     }
                 }
             })
             .await?;
-        Ok(())
+        Ok(replies)
     }
 
     /// Removes one id's entry; true if there was one.
@@ -297,14 +357,20 @@ pub enum FollowerWrite<'a> {
 }
 
 /// KEYS: entry, lease. ARGV: token, value, ttl ms. Writes only under an unrevoked lease.
-static FILL_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
-    redis::Script::new(
-        r"if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+const FILL_SOURCE: &str = r"if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1",
-    )
-});
+return 1";
+
+/// KEYS: lease. ARGV: token. Deletes the lease only if it is still this token.
+const RELEASE_SOURCE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+/// [`FILL_SOURCE`], run by its digest (`EVALSHA`, loaded on first use).
+static FILL_SCRIPT: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(FILL_SOURCE));
 
 /// How long the newest version written for an entry is kept: longer than a command can
 /// wait in TCP retransmissions before Redis runs it (Linux gives up after `tcp_retries2`,

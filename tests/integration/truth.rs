@@ -189,6 +189,111 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
     server.shutdown().await;
 }
 
+/// `musicctl reindex` rebuilding the cache while the catalogue changes, provoked step by
+/// step: each time a batch is written, tracks of the next batch (already read from the
+/// cursor) are moved and the follower writes their new paths; then the rebuild writes
+/// that batch. It must leave the follower's paths, not the ones its cursor read (which it
+/// wrote back until the entries expired, a day by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
+    use musicd::admin::reindex::{ReindexOptions, reindex};
+    const TRACKS: usize = 200;
+    const BATCH: usize = 40;
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE],
+    )
+    .await;
+    let server = env.musicd().await;
+    until_following(&server).await;
+    let inserts = "musicd_watch_events_total{operation=\"insert\"}";
+    let before = metric(&metrics(&server).await, inserts).unwrap_or(0.0);
+    // Inserted in order, so the rebuild's cursor (natural order) reads them in order.
+    let ids: Vec<ObjectId> = (0..TRACKS).map(|_| ObjectId::new()).collect();
+    let documents: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let path = env.write_file(&format!("r/{i}.mp3"), b"first");
+            doc! { "_id": id, "path": path.display().to_string() }
+        })
+        .collect();
+    env.tracks.insert_many(documents).await.expect("insert");
+    until_metric(
+        &server,
+        inserts,
+        before + TRACKS as f64,
+        "the follower saw the inserts",
+    )
+    .await;
+
+    let backends = Backends::new(&env.config).await.expect("clients");
+    let options = ReindexOptions {
+        dry_run: false,
+        prune: false,
+        batch: BATCH,
+    };
+    let handle = tokio::runtime::Handle::current();
+    let mut moved: Vec<(ObjectId, String)> = Vec::new();
+    let report = reindex(
+        &backends,
+        &env.config.redis.target,
+        env.config.redis.batch_timeout(),
+        &options,
+        |progress| {
+            // `documents` counts the batch read and not yet written: move two of its tracks.
+            let read = progress.documents as usize;
+            if read >= TRACKS || moved.len() >= 6 {
+                return;
+            }
+            for i in [read - BATCH + 3, read - 5] {
+                let id = ids[i];
+                let new = env.write_file(&format!("r/{i}-moved.mp3"), b"moved");
+                let new_path = new.display().to_string();
+                tokio::task::block_in_place(|| {
+                    handle.block_on(async {
+                        env.set_path(&id, &new).await;
+                        env.until_cached(
+                            &id,
+                            Some(new_path.as_bytes()),
+                            Duration::from_secs(10),
+                            "the follower wrote the move",
+                        )
+                        .await;
+                    })
+                });
+                moved.push((id, new_path));
+            }
+        },
+    )
+    .await
+    .expect("reindex");
+    assert_eq!(moved.len(), 6, "the rebuild had batches to move tracks in");
+    for (id, new_path) in &moved {
+        assert_eq!(
+            env.cached(id).await.as_deref(),
+            Some(new_path.as_bytes()),
+            "the rebuild undid the move of {id}: {report:?}"
+        );
+    }
+    let summary = report.render();
+    assert!(summary.contains("changed meanwhile 6\n"), "{summary}");
+    // Every other track was written by the rebuild.
+    let moved_ids: Vec<ObjectId> = moved.iter().map(|(id, _)| *id).collect();
+    for (i, id) in ids.iter().enumerate() {
+        if !moved_ids.contains(id) {
+            let first = env.media.join(format!("r/{i}.mp3")).display().to_string();
+            assert_eq!(
+                env.cached(id).await.as_deref(),
+                Some(first.as_bytes()),
+                "{i}"
+            );
+        }
+    }
+    server.shutdown().await;
+}
+
 /// Two musicd whose in-process id cache would keep an answer for a minute: a move, a
 /// delete and an insert reach both within a fraction of a second, by pushed eviction.
 async fn changes_reach_every_musicd_by_eviction(env: &TestEnv) {
