@@ -665,18 +665,23 @@ def report(rows, musicd):
     lines += ["", "## musicd against nginx in every cell", "",
               "(In the signed-link cell the reference is the same musicd with an unsigned link; in the "
               "Node cell, a Node `http` hello server.)", "",
-              "| cell | conns | reference | musicd | musicd / reference (median) | spread | verdict | p99 ms reference / musicd |",
-              "|---|---|---|---|---|---|---|---|"]
+              "p99 is judged the same way, round by round: \"lower\" when musicd's p99 was below the "
+              "reference's in every round, \"higher\" when above in every round.", "",
+              "| cell | conns | reference | musicd | musicd / reference (median) | spread | verdict | p99 ms reference / musicd | p99 musicd / reference (spread) | p99 verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, conns, runs in rows:
         m, ref = runs.get("musicd"), runs.get("nginx")
         key = "mbps" if "4 MiB" in name else "rps"
         show = (lambda v: f"{v * 1e-3:.2f} GB/s") if key == "mbps" else (lambda v: f"{v:,.0f}")
         if not ref:
-            lines.append(f"| {name} | {conns} | - | {show(med(m, key))} | - | - | - | - / {med(m, 'p99'):.2f} |")
+            lines.append(f"| {name} | {conns} | - | {show(med(m, key))} | - | - | - | - / {med(m, 'p99'):.2f} | - | - |")
             continue
         low, mid, high = paired(m, ref, key)
+        p_low, p_mid, p_high = paired(m, ref, "p99")
+        p_verdict = "lower" if p_high < 1 else "higher" if p_low > 1 else "inside noise"
         lines.append(f"| {name} | {conns} | {show(med(ref, key))} | {show(med(m, key))} | {mid:.2f} | "
-                     f"{low:.2f}-{high:.2f} | {verdict(low, high)} | {med(ref, 'p99'):.2f} / {med(m, 'p99'):.2f} |")
+                     f"{low:.2f}-{high:.2f} | {verdict(low, high)} | {med(ref, 'p99'):.2f} / {med(m, 'p99'):.2f} | "
+                     f"{p_mid:.2f} ({p_low:.2f}-{p_high:.2f}) | {p_verdict} |")
     others = sorted({label for _, _, runs in rows for label in runs if label == "baseline" or label.startswith("musicd ")})
     if others:
         lines += ["", "## Other musicd builds and settings against this one (same run, alternated)", "",
