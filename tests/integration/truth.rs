@@ -39,6 +39,19 @@ async fn until_following(server: &Musicd) {
     until_metric(server, "musicd_watch_following", 1.0, "never followed").await;
 }
 
+/// A world over the shared Redis and replica set, and a musicd whose follower follows.
+async fn following_world() -> (TestEnv, Musicd) {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE],
+    )
+    .await;
+    let server = env.musicd().await;
+    until_following(&server).await;
+    (env, server)
+}
+
 /// Polls `url` until it answers `status` (and `body`, when given); how long it took.
 async fn served(url: &str, status: StatusCode, body: Option<&[u8]>, within: Duration) -> Duration {
     served_within(url, status, body, within)
@@ -103,14 +116,7 @@ async fn a_follower_write_older_than_the_entry_is_refused() {
 /// The write-back must lose, for a move and for an insert after a 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_that_read_before_a_change_never_undoes_it() {
-    let env = TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_replica_set().uri(),
-        &[LEASE],
-    )
-    .await;
-    let server = env.musicd().await;
-    until_following(&server).await;
+    let (env, server) = following_world().await;
     let lookup = Backends::new(&env.config).await.expect("clients");
 
     // A move: the lookup read the old path; the follower writes the new one first.
@@ -199,14 +205,7 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
     use musicd::admin::reindex::{ReindexOptions, reindex};
     const TRACKS: usize = 200;
     const BATCH: usize = 40;
-    let env = TestEnv::with(
-        &shared_redis().redis_url(),
-        &shared_replica_set().uri(),
-        &[LEASE],
-    )
-    .await;
-    let server = env.musicd().await;
-    until_following(&server).await;
+    let (env, server) = following_world().await;
     let inserts = "musicd_watch_events_total{operation=\"insert\"}";
     let before = metric(&metrics(&server).await, inserts).unwrap_or(0.0);
     // Inserted in order, so the rebuild's cursor (natural order) reads them in order.
