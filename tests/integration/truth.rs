@@ -39,12 +39,13 @@ async fn until_following(server: &Musicd) {
     until_metric(server, "musicd_watch_following", 1.0, "never followed").await;
 }
 
-/// A world over the shared Redis and replica set, and a musicd whose follower follows.
-async fn following_world() -> (TestEnv, Musicd) {
+/// A world over the shared Redis and replica set (with `settings` beside the lease), and a
+/// musicd whose follower follows.
+async fn following_world(settings: &[&str]) -> (TestEnv, Musicd) {
     let env = TestEnv::with(
         &shared_redis().redis_url(),
         &shared_replica_set().uri(),
-        &[LEASE],
+        &[&[LEASE], settings].concat(),
     )
     .await;
     let server = env.musicd().await;
@@ -116,7 +117,7 @@ async fn a_follower_write_older_than_the_entry_is_refused() {
 /// The write-back must lose, for a move and for an insert after a 404.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_back_that_read_before_a_change_never_undoes_it() {
-    let (env, server) = following_world().await;
+    let (env, server) = following_world(&[]).await;
     let lookup = Backends::new(&env.config).await.expect("clients");
 
     // A move: the lookup read the old path; the follower writes the new one first.
@@ -199,13 +200,19 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
 /// step: each time a batch is written, tracks of the next batch (already read from the
 /// cursor) are moved and the follower writes their new paths; then the rebuild writes
 /// that batch. It must leave the follower's paths, not the ones its cursor read (which it
-/// wrote back until the entries expired, a day by default).
+/// wrote back until the entries expired, a day by default). Checked in Redis and through
+/// varnish, which had the old files cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
     use musicd::admin::reindex::{ReindexOptions, reindex};
     const TRACKS: usize = 200;
     const BATCH: usize = 40;
-    let (env, server) = following_world().await;
+    // The tracks moved: two of each batch read while the one before is written.
+    let moves = |read: usize| [read - BATCH + 3, read - 5];
+    let varnish_port = free_port();
+    let ban = format!("http_caches.ban_urls=[\"http://127.0.0.1:{varnish_port}\"]");
+    let (env, server) = following_world(&[&ban]).await;
+    let varnish = Varnish::start_on(varnish_port, server.addr.port());
     let inserts = "musicd_watch_events_total{operation=\"insert\"}";
     let before = metric(&metrics(&server).await, inserts).unwrap_or(0.0);
     // Inserted in order, so the rebuild's cursor (natural order) reads them in order.
@@ -226,6 +233,14 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
         "the follower saw the inserts",
     )
     .await;
+    let through_varnish = |i: usize| varnish.url(&format!("/musicdb/{}/{i}.mp3", ids[i].to_hex()));
+    let to_move: Vec<usize> = [2, 3, 4]
+        .into_iter()
+        .flat_map(|k| moves(k * BATCH))
+        .collect();
+    for &i in &to_move {
+        assert_eq!(get_body(&through_varnish(i)).await.1.as_ref(), b"first");
+    }
 
     let backends = Backends::new(&env.config).await.expect("clients");
     let options = ReindexOptions {
@@ -246,7 +261,7 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
             if read >= TRACKS || moved.len() >= 6 {
                 return;
             }
-            for i in [read - BATCH + 3, read - 5] {
+            for i in moves(read) {
                 let id = ids[i];
                 let new = env.write_file(&format!("r/{i}-moved.mp3"), b"moved");
                 let new_path = new.display().to_string();
@@ -278,6 +293,16 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
     }
     let summary = report.render();
     assert!(summary.contains("changed meanwhile 6\n"), "{summary}");
+    // Through varnish (banned by the follower): the moved files, not the cached ones.
+    for &i in &to_move {
+        served(
+            &through_varnish(i),
+            StatusCode::OK,
+            Some(b"moved"),
+            Duration::from_secs(5),
+        )
+        .await;
+    }
     // Every other track was written by the rebuild.
     let moved_ids: Vec<ObjectId> = moved.iter().map(|(id, _)| *id).collect();
     for (i, id) in ids.iter().enumerate() {
