@@ -126,14 +126,7 @@ def main():
     (work / "paths.json").write_text(json.dumps({i: p for i, p in rows}))
     musicd = run.start([MUSICD_BIN, "--config", str(CONFIG), "run"])
     run.wait_port(musicd_port)
-    user = "user root;" if os.geteuid() == 0 else ""
-    (work / "nginx.conf").write_text(f"""{user}
-worker_processes 2;
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log warn;
-worker_rlimit_nofile 65536;
-events {{ worker_connections 30000; }}
-http {{
+    (work / "nginx.conf").write_text(run.nginx_main(work, 30000) + f"""
   access_log {work}/nginx-access.log combined buffer=64k flush=1s;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_requests 1000000;

@@ -57,6 +57,18 @@ procs = []
 leftovers = []
 
 
+def nginx_main(work, connections):
+    """The main context of a bench nginx.conf under `work`, up to the opening `http {`."""
+    user = "user root;" if os.geteuid() == 0 else ""
+    return f"""{user}
+worker_processes 2;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+worker_rlimit_nofile 65536;
+events {{ worker_connections {connections}; }}
+http {{"""
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -369,14 +381,7 @@ def main():
             wait_port(port)
             limits[key] = (f"http://127.0.0.1:{port}", proc)
 
-    user = "user root;" if os.geteuid() == 0 else ""
-    (work / "nginx.conf").write_text(f"""{user}
-worker_processes 2;
-pid {work}/nginx.pid;
-error_log {work}/nginx-error.log warn;
-worker_rlimit_nofile 65536;
-events {{ worker_connections 8192; }}
-http {{
+    (work / "nginx.conf").write_text(nginx_main(work, 8192) + f"""
   access_log off;
   include /etc/nginx/mime.types;
   sendfile on; tcp_nopush on; tcp_nodelay on;

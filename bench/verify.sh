@@ -9,34 +9,11 @@
 # Starts its own redis-server and mongod on free loopback ports in a temp dir; writes
 # bench/results/verify.md.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
 n=${1:-100000}
 rounds=${2:-3}
 
-scripts/install-deps.sh >/dev/null
-command -v /usr/bin/time >/dev/null || { apt-get update -qq && apt-get install -y -qq time >/dev/null; }
-cargo build --release --locked --bins 2>&1 | tail -n 1
-bin=$root/target/release
-
-work=$(mktemp -d)
-cleanup() {
-  [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null
-  [ -n "${mongo_pid:-}" ] && kill "$mongo_pid" 2>/dev/null
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-rport=$(free_port); mport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --logfile "$work/redis.log" &
-redis_pid=$!
-mkdir -p "$work/db" "$work/music" "$work/src"
-"$root/.tools/bin/mongod" --dbpath "$work/db" --port "$mport" --bind_ip 127.0.0.1 --nounixsocket \
-  --wiredTigerCacheSizeGB 1 --logpath "$work/mongod.log" &
-mongo_pid=$!
-for _ in $(seq 200); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.05; done
-for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$mport") 2>/dev/null && break; sleep 0.1; done
+# shellcheck source=bench/lib/backends.sh
+. "$(dirname "$0")/lib/backends.sh"
 
 tone="sine=frequency=440:duration=10"
 ffmpeg -hide_banner -loglevel error -f lavfi -i "$tone" -c:a libmp3lame -b:a 192k "$work/src/a.mp3"
@@ -50,25 +27,9 @@ for i in $(seq 0 $((n - 1))); do
   ext=${exts[$((i % 4))]}
   ln "$work/src/a.$ext" "$dir/t$i.$ext"
 done
-cat >"$work/musicd.toml" <<TOML
-media_roots = ["$work/music"]
-[mongodb]
-uri = "mongodb://127.0.0.1:$mport"
-database = "bench"
-[redis]
-url = "redis://127.0.0.1:$rport"
-TOML
-ctl="$bin/musicctl --config $work/musicd.toml"
 $ctl import "$work/music" >/dev/null 2>&1
 $ctl reindex >/dev/null
 
-measure() {
-  local out=$work/time.txt
-  /usr/bin/time -f '%e %M' -o "$out" bash -c "$1" >/dev/null 2>"$work/err.txt" || true
-  read -r secs kb <"$out"
-  echo "$secs $((kb / 1024))"
-}
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 run() { # LABEL FLAGS: medians of ROUNDS runs of verify FLAGS, as a table row
   local label=$1 flags=$2
   local -a times=() mems=() rates=()

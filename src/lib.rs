@@ -25,16 +25,31 @@
 //!    (`http::file::conditional`), ranges ([`http::file::range`]), HEAD, offload headers for
 //!    nginx; hot files from its cache.
 //!
-//! Beside the requests, [`watch`] keeps the Redis index current from MongoDB's change
+//! Beside the requests, [`follow`] keeps the Redis index current from MongoDB's change
 //! stream (one follower per index, under a lease in Redis), tells every musicd, and bans
-//! what changed in the HTTP caches in front (`watch::bans`).
+//! what changed in the HTTP caches in front (`follow::bans`, through [`varnish`]). When
+//! the stream cannot be resumed it runs the fenced rebuild of [`catalog::rebuild`], the
+//! same one `musicctl reindex` runs.
 //!
 //! [`admin`] holds what `musicctl` does, one file per command, each returning a report the
 //! binary prints: `admin::purge` purges Redis, every musicd's in-process cache and (through
-//! `admin::ban`) varnish; `admin::sign` makes the links [`signing`] checks.
-//! [`blocking_http`] is the one small client for asking an HTTP server without a runtime.
-//! [`daemon`] runs the server (foreground, or supervised forever-style) and [`cli`] holds
-//! what both binaries share on the command line.
+//! [`varnish`]) the HTTP caches; `admin::sign` makes the links [`signing`] checks.
+//! [`blocking_http`] is the small client for asking an HTTP server without a runtime
+//! (`musicd status`, `compare`); [`varnish`] sends the one kind of request the caches in
+//! front take, asynchronously. [`daemon`] runs the server (foreground, or supervised
+//! forever-style) and [`cli`] holds what both binaries share on the command line.
+//!
+//! The layers, lowest first; a module imports only from its own layer or below, and
+//! `tests/integration/boundaries.rs` checks it:
+//!
+//! | layer | modules |
+//! |---|---|
+//! | base | [`config`], [`media`], [`signing`], [`redis_link`], [`blocking_http`], [`varnish`], [`timing`], [`cli`] |
+//! | catalogue | [`catalog`]: id to path, fenced fills, the rebuild |
+//! | follower | [`follow`] |
+//! | HTTP | [`http`], then [`server`] |
+//! | process | [`daemon`] |
+//! | operator | [`admin`], then the binaries |
 
 #![deny(missing_docs)]
 // Most of the crate is `pub(crate)`: its docs are read with `--document-private-items`,
@@ -47,9 +62,11 @@ pub mod catalog;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod follow;
 pub mod http;
 pub mod media;
 pub mod redis_link;
 pub mod server;
 pub mod signing;
-pub mod watch;
+pub mod timing;
+pub mod varnish;

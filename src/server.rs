@@ -126,7 +126,7 @@ impl Server {
         let follower = if config.mongodb.watch == crate::config::WatchMode::Off {
             None
         } else {
-            match crate::watch::Follower::new(config, Arc::clone(&app.state.watch)).await {
+            match crate::follow::Follower::new(config, Arc::clone(&app.state.follower)).await {
                 Ok(follower) => Some(tokio::spawn(follower.run(stopped(stop_rx.clone())))),
                 Err(err) => {
                     tracing::error!(error = %err, "the change-stream follower cannot start");

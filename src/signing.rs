@@ -11,8 +11,6 @@
 //!
 //! A signed link is a bearer token: whoever holds it plays the track until it expires.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
@@ -175,13 +173,6 @@ impl Signing {
             None => self.keys.first(),
         }
     }
-}
-
-/// Now, in Unix seconds.
-pub(crate) fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

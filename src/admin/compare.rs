@@ -10,7 +10,6 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{AdminError, Backends};
-use crate::catalog::StoredPath;
 use crate::config::Config;
 
 /// One server's answer to one URL.
@@ -102,22 +101,12 @@ pub async fn compare_catalogue(
     sample: Option<usize>,
 ) -> Result<CompareReport, AdminError> {
     let base = base.unwrap_or_else(|| format!("http://{}", config.listen));
-    let prefix = config
-        .route_prefixes
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "/musicdb".into());
+    let prefix = config.track_prefix().to_string();
     let mut picked: Vec<(String, String)> = Vec::new();
     let mut seen = 0usize;
     let mut rng = rand::rng();
     super::list::list(backends, None, |track| {
-        let name = match &track.path {
-            StoredPath::Path(p) => std::path::Path::new(p)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "track".into()),
-            StoredPath::Invalid(_) => "track".into(),
-        };
+        let name = track.path.file_name();
         let encoded = utf8_percent_encode(&name, NON_ALPHANUMERIC);
         let entry = (
             track.id.to_hex(),

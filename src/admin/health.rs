@@ -121,17 +121,17 @@ async fn check_watch(backends: &Backends) -> Check {
         latency_ms: None,
         detail,
     };
-    let last = |position: &Option<crate::watch::lease::Position>| match position
+    let last = |position: &Option<crate::follow::lease::Position>| match position
         .as_ref()
         .and_then(|p| p.last_event_ms)
     {
         Some(ms) => {
-            let ago = (crate::watch::now_ms() - ms).max(0) as f64 / 1000.0;
+            let ago = (crate::timing::unix_ms() - ms).max(0) as f64 / 1000.0;
             format!(", last change applied {ago:.1} s ago")
         }
         None => String::new(),
     };
-    match crate::watch::lease::inspect(backends.cache.link(), backends.cache.prefix()).await {
+    match crate::follow::lease::inspect(backends.cache.link(), backends.cache.prefix()).await {
         Ok((Some(holder), position)) => check(
             Verdict::Ok,
             format!(
@@ -163,7 +163,7 @@ async fn check_bans(backends: &Backends, ban_urls: &[String]) -> Check {
     let prefix = backends.cache.prefix().to_string();
     let mut waiting = Vec::new();
     for url in ban_urls {
-        let key = crate::watch::bans::handover_key(&prefix, url.trim_end_matches('/'));
+        let key = crate::follow::bans::handover_key(&prefix, url.trim_end_matches('/'));
         let count: Result<u64, _> =
             backends
                 .cache

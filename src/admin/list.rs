@@ -48,6 +48,17 @@ pub(crate) async fn list(
     Ok(count)
 }
 
+/// Every track's id and the name its links give it (the file's name), for `musicctl
+/// players`.
+pub async fn ids_and_names(backends: &Backends) -> Result<Vec<(String, String)>, AdminError> {
+    let mut tracks = Vec::new();
+    list(backends, None, |listed| {
+        tracks.push((listed.id.to_hex(), listed.path.file_name()));
+    })
+    .await?;
+    Ok(tracks)
+}
+
 /// Writes up to `limit` tracks to `out`, one `id<TAB>path` line each (an unusable path as
 /// `(invalid: why)`); a write that fails (a closed pipe) stops the listing with its error.
 pub async fn write_tsv(

@@ -2,19 +2,15 @@
 //! clients come from [`crate::catalog::backends`], like the daemon's), [`crate::media`],
 //! [`crate::signing`] and [`crate::config`]; none of them reaches into the HTTP server.
 
-pub(crate) mod ban;
 pub mod compare;
 pub mod health;
 pub mod import;
 pub mod list;
-pub mod players;
 pub mod progress;
 pub mod purge;
 pub mod reindex;
-pub mod replay;
 pub mod resolve;
 pub mod sign;
-pub(crate) mod traffic;
 pub mod verify;
 
 use crate::catalog::mongo::StoreError;
@@ -35,6 +31,9 @@ pub enum AdminError {
     /// A client could not be built.
     #[error(transparent)]
     Backend(#[from] crate::catalog::backends::BackendError),
+    /// The rebuild of the index failed.
+    #[error(transparent)]
+    Rebuild(#[from] crate::catalog::rebuild::RebuildError),
     /// A MongoDB operation failed.
     #[error("mongodb: {0}")]
     Mongo(#[from] mongodb::error::Error),

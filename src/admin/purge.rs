@@ -16,11 +16,11 @@ use redis::aio::MultiplexedConnection;
 use serde::Serialize;
 
 use super::AdminError;
-use super::ban::{self, BanOutcome};
 use crate::catalog::backends::Backends;
 use crate::catalog::evictions;
 use crate::config::Config;
 use crate::redis_link::{self, RedisTarget};
+use crate::varnish;
 
 /// How to purge.
 #[derive(Debug, Clone)]
@@ -176,12 +176,12 @@ pub async fn purge_everywhere(
                 evictions::publish(cache.link(), cache.prefix(), Some(&[oid])).await?;
                 removed
             };
-            let regex = ban::id_regex(&config.route_prefixes, &oid.to_hex());
+            let regex = varnish::id_regex(&config.route_prefixes, &oid.to_hex());
             return Ok(Purged::Id {
                 key: cache.key(&oid),
                 removed,
                 dry_run,
-                bans: ban::ban_everywhere(&config.ban_urls, Some(&regex), dry_run),
+                bans: ban_everywhere(&config.ban_urls, Some(&regex), dry_run).await,
             });
         }
         PurgeTarget::Pattern { pattern, force } => (pattern, force),
@@ -211,11 +211,73 @@ pub async fn purge_everywhere(
     if !dry_run {
         evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
     }
-    let regex = ban::glob_regex(&config.route_prefixes, &config.redis.prefix, &pattern);
+    let regex = varnish::glob_regex(&config.route_prefixes, &config.redis.prefix, &pattern);
     Ok(Purged::Pattern {
         report,
-        bans: ban::ban_everywhere(&config.ban_urls, regex.as_deref(), dry_run),
+        bans: ban_everywhere(&config.ban_urls, regex.as_deref(), dry_run).await,
     })
+}
+
+/// How long a purge waits for each cache to answer its `BAN`.
+const BAN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What one cache did with a ban.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BanOutcome {
+    /// The cache (`[http_caches] ban_urls`).
+    pub(crate) url: String,
+    /// The URL regex banned.
+    pub(crate) regex: String,
+    /// The status it answered ([`varnish::taken`] says whether that took).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) status: Option<u16>,
+    /// Why it could not be asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
+    /// Not sent: a dry run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) dry_run: bool,
+}
+
+impl BanOutcome {
+    /// Whether the cache took the ban (a dry run takes nothing and fails nothing).
+    pub(crate) fn taken(&self) -> bool {
+        self.dry_run || self.status.is_some_and(varnish::taken)
+    }
+
+    /// One line: `ban: url regex -> status`.
+    pub(crate) fn render(&self) -> String {
+        match (self.status, &self.error) {
+            (Some(status), _) => format!("ban: {} {} -> {status}", self.url, self.regex),
+            (None, Some(error)) => format!("ban: {} failed: {error}", self.url),
+            (None, None) => format!("ban: {} {} (dry run)", self.url, self.regex),
+        }
+    }
+}
+
+/// Bans `regex` in every cache of `urls` at once (none when `regex` is `None`: the purge
+/// named no track URL).
+async fn ban_everywhere(urls: &[String], regex: Option<&str>, dry_run: bool) -> Vec<BanOutcome> {
+    let Some(regex) = regex else {
+        return Vec::new();
+    };
+    futures_util::future::join_all(urls.iter().map(|url| async move {
+        let mut outcome = BanOutcome {
+            url: url.clone(),
+            regex: regex.to_string(),
+            status: None,
+            error: None,
+            dry_run,
+        };
+        if !dry_run {
+            match varnish::ban(url, regex, BAN_TIMEOUT).await {
+                Ok(status) => outcome.status = Some(status),
+                Err(err) => outcome.error = Some(format!("BAN {url}: {err}")),
+            }
+        }
+        outcome
+    }))
+    .await
 }
 
 /// Progress, for a progress line.

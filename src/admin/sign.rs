@@ -5,7 +5,8 @@ use mongodb::bson::oid::ObjectId;
 
 use super::AdminError;
 use crate::config::Config;
-use crate::signing::{Signing, unix_now};
+use crate::signing::Signing;
+use crate::timing::unix_secs;
 
 /// A signed URL for `id`, valid for `ttl_secs`, signed with `kid` (or the first key), under
 /// `base` (default: `http://{listen}`) and the first route prefix.
@@ -26,16 +27,13 @@ pub fn signed_url(
             None => "no signing key in [signing] keys".into(),
         })
     })?;
-    let expires = unix_now().saturating_add(ttl_secs);
+    let expires = unix_secs().saturating_add(ttl_secs);
     let sig = key.sign(&oid, expires);
     let base = base.map_or_else(
         || format!("http://{}", config.listen),
         |b| b.trim_end_matches('/').to_string(),
     );
-    let prefix = config
-        .route_prefixes
-        .first()
-        .map_or("/musicdb", String::as_str);
+    let prefix = config.track_prefix();
     let name = name.map(|n| format!("/{n}")).unwrap_or_default();
     Ok(format!(
         "{base}{prefix}/{}{name}?expires={expires}&kid={}&sig={sig}",

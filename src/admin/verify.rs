@@ -29,9 +29,9 @@ use mongodb::bson::oid::ObjectId;
 use mongodb::bson::{Bson, Document, doc};
 use serde::Serialize;
 
-use super::reindex::{self, CatalogueBatches, OnStale, ReindexOptions, ReindexReport};
 use super::{AdminError, Backends};
 use crate::catalog::mongo::{StoredPath, stored_path};
+use crate::catalog::rebuild::{self, CatalogueBatches, OnStale, RebuildOptions, RebuildReport};
 use crate::media::probe::{self, Format};
 use crate::media::{MediaError, MediaRoots};
 use crate::redis_link::RedisTarget;
@@ -394,17 +394,17 @@ pub(crate) async fn verify(
         .map_err(|e| AdminError::Usage(format!("walking the media roots failed: {e}")))??;
     report.findings.extend(orphans);
     let mut stale = Vec::new();
-    let scan = ReindexOptions {
+    let scan = RebuildOptions {
         dry_run: true,
         prune: true,
         batch: batch_size,
     };
-    reindex::scan_stale(
+    rebuild::scan_stale(
         backends,
         target,
         timeout,
         &scan,
-        &mut ReindexReport::default(),
+        &mut RebuildReport::default(),
         &mut |_| {},
         OnStale::Collect(&mut stale),
     )

@@ -138,7 +138,7 @@ impl TrackCache {
                 token: format!("{:016x}", rand::random::<u64>()),
             })
             .collect();
-        let lease_ms = millis(FILL_LEASE);
+        let lease_ms = crate::timing::redis_ms(FILL_LEASE);
         let commands = fills
             .iter()
             .map(|fill| {
@@ -253,7 +253,7 @@ impl TrackCache {
                     .arg(&lease)
                     .arg(&value)
                     .arg("PX")
-                    .arg(millis(FILL_LEASE))
+                    .arg(crate::timing::redis_ms(FILL_LEASE))
                     .query_async::<()>(&mut conn)
                     .await
             })
@@ -267,7 +267,7 @@ impl TrackCache {
     pub async fn complete_fill(&self, fill: Fill, path: Option<&str>) -> Result<bool, CacheError> {
         let (value, ttl) = match path {
             Some(path) => (path.as_bytes().to_vec(), self.jittered_ttl_ms()),
-            None => (Vec::new(), millis(self.negative_ttl)),
+            None => (Vec::new(), crate::timing::redis_ms(self.negative_ttl)),
         };
         let lease = fill_key(&fill.key);
         let written: u8 = self
@@ -301,10 +301,10 @@ impl TrackCache {
         let key = self.key(id);
         let lease = fill_key(&key);
         let versions = version_key(&key);
-        let version_ttl = millis(VERSION_TTL);
+        let version_ttl = crate::timing::redis_ms(VERSION_TTL);
         let (value, ttl): (Option<Vec<u8>>, u64) = match entry {
             FollowerWrite::Path(path) => (Some(path.as_bytes().to_vec()), self.jittered_ttl_ms()),
-            FollowerWrite::Absent => (Some(Vec::new()), millis(self.negative_ttl)),
+            FollowerWrite::Absent => (Some(Vec::new()), crate::timing::redis_ms(self.negative_ttl)),
             FollowerWrite::Forget => (None, 0),
         };
         let (channel, hex) = (super::evictions::channel(&self.prefix), id.to_hex());
@@ -435,16 +435,12 @@ pub fn change_version(cluster_time: Option<mongodb::bson::Timestamp>) -> String 
 
 /// `base` plus a random fraction of up to `jitter` of it, in milliseconds.
 pub(crate) fn jittered_ms(base: Duration, jitter: f64) -> u64 {
-    let base = millis(base);
+    let base = crate::timing::redis_ms(base);
     if jitter <= 0.0 {
         return base;
     }
     let extra = (base as f64 * jitter) as u64;
     base + rand::rng().random_range(0..=extra)
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[cfg(test)]

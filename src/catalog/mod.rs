@@ -11,6 +11,7 @@ pub mod cache;
 pub(crate) mod evictions;
 pub(crate) mod local;
 pub(crate) mod mongo;
+pub mod rebuild;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -60,6 +60,18 @@ pub enum StoredPath {
     Invalid(String),
 }
 
+impl StoredPath {
+    /// The name a link gives the track: its file's name, or `track` without one.
+    pub fn file_name(&self) -> String {
+        match self {
+            StoredPath::Path(p) => std::path::Path::new(p)
+                .file_name()
+                .map_or_else(|| "track".into(), |n| n.to_string_lossy().into_owned()),
+            StoredPath::Invalid(_) => "track".into(),
+        }
+    }
+}
+
 /// The tracks collection.
 #[derive(Clone)]
 pub struct TrackStore {

@@ -263,7 +263,7 @@ pub struct MongoConfig {
     pub(crate) path_field: String,
     /// How long to wait for a usable server before a lookup fails (then 503).
     pub timeout: Duration,
-    /// Whether to follow the collection's change stream (`crate::watch`).
+    /// Whether to follow the collection's change stream (`crate::follow`).
     pub watch: WatchMode,
     /// The follower's lease in Redis: a successor takes over at most this long after the
     /// follower dies.
@@ -317,6 +317,13 @@ impl RedisConfig {
 }
 
 impl Config {
+    /// The route prefix links are made under: the first configured one.
+    pub fn track_prefix(&self) -> &str {
+        self.route_prefixes
+            .first()
+            .map_or(defaults::ROUTE_PREFIXES[0], String::as_str)
+    }
+
     /// Loads, merges and validates the configuration.
     pub fn load(sources: &Sources) -> Result<Config, ConfigError> {
         Config::load_with(sources, true)

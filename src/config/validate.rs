@@ -1,68 +1,34 @@
 //! Validation: raw shapes in, typed [`Config`] out, with every default applied here and
 //! every refusal naming its key. `deploy/musicd.toml` states the same defaults (a test
-//! loads it and an empty file and compares the two).
+//! loads it and an empty file and compares the two). One function per section, checked
+//! in the order of the file, so the first refusal is the first wrong key.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::defaults::*;
-use super::raw::RawConfig;
+use super::raw::{
+    RawAccessLog, RawCache, RawConfig, RawCors, RawDaemon, RawLimits, RawMongo, RawRedis,
+    RawSigning,
+};
 use super::*;
+
+/// Makes the error of a key: `err_at("redis.url", why)`.
+type ErrAt<'a> = &'a dyn Fn(&str, String) -> ConfigError;
 
 impl RawConfig {
     pub(super) fn validate(
         self,
-        err_at: &dyn Fn(&str, String) -> ConfigError,
+        err_at: ErrAt<'_>,
         check_roots: bool,
     ) -> Result<Config, ConfigError> {
         let listen_text = self.listen.unwrap_or_else(|| LISTEN.into());
         let listen: SocketAddr = listen_text
             .parse()
             .map_err(|e| err_at("listen", format!("`{listen_text}` is not an address: {e}")))?;
-
-        let roots = self
-            .media_roots
-            .unwrap_or_else(|| vec![PathBuf::from(MEDIA_ROOT)]);
-        if roots.is_empty() {
-            return Err(err_at(
-                "media_roots",
-                "at least one media root is needed".into(),
-            ));
-        }
-        let mut media_roots = Vec::with_capacity(roots.len());
-        for root in roots {
-            if !root.is_absolute() {
-                return Err(err_at(
-                    "media_roots",
-                    format!("{} is not an absolute path", root.display()),
-                ));
-            }
-            let canonical = match std::fs::canonicalize(&root) {
-                Ok(canonical) => canonical,
-                Err(_) if !check_roots => root.clone(),
-                Err(e) => return Err(err_at("media_roots", format!("{}: {e}", root.display()))),
-            };
-            if check_roots && !canonical.is_dir() {
-                return Err(err_at(
-                    "media_roots",
-                    format!("{} is not a directory", root.display()),
-                ));
-            }
-            media_roots.push(canonical);
-        }
-
-        let route_prefixes = self
-            .route_prefixes
-            .unwrap_or_else(|| ROUTE_PREFIXES.iter().map(|p| p.to_string()).collect());
-        for prefix in &route_prefixes {
-            if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
-                return Err(err_at(
-                    "route_prefixes",
-                    format!("`{prefix}` must start with / and not end with /"),
-                ));
-            }
-        }
+        let media_roots = media_roots(self.media_roots, err_at, check_roots)?;
+        let route_prefixes = route_prefixes(self.route_prefixes, err_at)?;
         let accel_location = self.accel_location.unwrap_or_else(|| ACCEL_LOCATION.into());
         if !accel_location.starts_with('/') || accel_location.ends_with('/') {
             return Err(err_at(
@@ -74,8 +40,105 @@ impl RawConfig {
         if max_ranges == 0 {
             return Err(err_at("max_ranges", "must be at least 1".into()));
         }
+        let mongodb = self.mongodb.validate(err_at)?;
+        let redis = self.redis.validate(err_at)?;
+        let daemon = self.daemon.validate(err_at)?;
+        let cache = self.cache.validate(err_at)?;
+        let limits = self.limits.validate();
+        let trusted_proxies = trusted_proxies(self.trusted_proxies, err_at)?;
+        let access_log = self.access_log.validate(err_at)?;
+        let signing = self.signing.validate(err_at)?;
+        let cors = self.cors.validate(err_at)?;
+        let ops_listen = ops_listen(self.ops_listen.as_deref(), listen, err_at)?;
+        Ok(Config {
+            listen,
+            ops_listen,
+            media_roots,
+            serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
+            route_prefixes,
+            cache_control: self.cache_control.unwrap_or_else(|| CACHE_CONTROL.into()),
+            max_ranges,
+            accel_location,
+            log_level: self.log_level.unwrap_or_else(|| LOG_LEVEL.into()),
+            worker_threads: match self.worker_threads.unwrap_or(0) {
+                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+                n => n,
+            },
+            worker_cpu_affinity: self.worker_cpu_affinity.unwrap_or(WORKER_CPU_AFFINITY),
+            mongodb,
+            redis,
+            daemon,
+            cache,
+            limits,
+            follow_symlinks: self.follow_symlinks.unwrap_or(FOLLOW_SYMLINKS),
+            zero_copy: self.zero_copy.unwrap_or(ZERO_COPY),
+            access_log,
+            trusted_proxies,
+            proxy_protocol: self.proxy_protocol.unwrap_or(PROXY_PROTOCOL),
+            signing,
+            cors,
+            ban_urls: ban_urls(self.http_caches.ban_urls, err_at)?,
+            ignored_env: Vec::new(),
+        })
+    }
+}
 
-        let mongo = self.mongodb;
+fn media_roots(
+    roots: Option<Vec<PathBuf>>,
+    err_at: ErrAt<'_>,
+    check_roots: bool,
+) -> Result<Vec<PathBuf>, ConfigError> {
+    let roots = roots.unwrap_or_else(|| vec![PathBuf::from(MEDIA_ROOT)]);
+    if roots.is_empty() {
+        return Err(err_at(
+            "media_roots",
+            "at least one media root is needed".into(),
+        ));
+    }
+    let mut media_roots = Vec::with_capacity(roots.len());
+    for root in roots {
+        if !root.is_absolute() {
+            return Err(err_at(
+                "media_roots",
+                format!("{} is not an absolute path", root.display()),
+            ));
+        }
+        let canonical = match std::fs::canonicalize(&root) {
+            Ok(canonical) => canonical,
+            Err(_) if !check_roots => root.clone(),
+            Err(e) => return Err(err_at("media_roots", format!("{}: {e}", root.display()))),
+        };
+        if check_roots && !canonical.is_dir() {
+            return Err(err_at(
+                "media_roots",
+                format!("{} is not a directory", root.display()),
+            ));
+        }
+        media_roots.push(canonical);
+    }
+    Ok(media_roots)
+}
+
+fn route_prefixes(
+    prefixes: Option<Vec<String>>,
+    err_at: ErrAt<'_>,
+) -> Result<Vec<String>, ConfigError> {
+    let route_prefixes =
+        prefixes.unwrap_or_else(|| ROUTE_PREFIXES.iter().map(|p| p.to_string()).collect());
+    for prefix in &route_prefixes {
+        if !prefix.starts_with('/') || prefix.ends_with('/') || prefix.contains('{') {
+            return Err(err_at(
+                "route_prefixes",
+                format!("`{prefix}` must start with / and not end with /"),
+            ));
+        }
+    }
+    Ok(route_prefixes)
+}
+
+impl RawMongo {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<MongoConfig, ConfigError> {
+        let mongo = self;
         let path_field = mongo
             .path_field
             .unwrap_or_else(|| MONGODB_PATH_FIELD.into());
@@ -121,7 +184,13 @@ impl RawConfig {
             ));
         }
 
-        let redis = self.redis;
+        Ok(mongodb)
+    }
+}
+
+impl RawRedis {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<RedisConfig, ConfigError> {
+        let redis = self;
         let ttl_secs = redis.ttl_secs.unwrap_or(REDIS_TTL_SECS);
         let negative_ttl_secs = redis.negative_ttl_secs.unwrap_or(REDIS_NEGATIVE_TTL_SECS);
         if ttl_secs == 0 {
@@ -184,16 +253,20 @@ impl RawConfig {
             }
             RedisTarget::Cluster(cluster)
         };
-        let redis = RedisConfig {
+        Ok(RedisConfig {
             target,
             prefix,
             ttl: Duration::from_secs(ttl_secs),
             negative_ttl: Duration::from_secs(negative_ttl_secs),
             ttl_jitter: f64::from(jitter) / 100.0,
             timeout: Duration::from_millis(redis.timeout_ms.unwrap_or(REDIS_TIMEOUT_MS).max(1)),
-        };
+        })
+    }
+}
 
-        let daemon = self.daemon;
+impl RawDaemon {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<DaemonConfig, ConfigError> {
+        let daemon = self;
         let mut paths = Vec::new();
         for (key, value, default) in [
             ("daemon.pid_file", daemon.pid_file, DAEMON_PID_FILE),
@@ -221,7 +294,7 @@ impl RawConfig {
                 "must be at least 1".into(),
             ));
         }
-        let daemon = DaemonConfig {
+        Ok(DaemonConfig {
             pid_file,
             log_file,
             state_dir,
@@ -246,18 +319,19 @@ impl RawConfig {
                 0 => None,
                 secs => Some(Duration::from_secs(secs.max(2))),
             },
-        };
+        })
+    }
+}
 
+impl RawCache {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<CacheConfig, ConfigError> {
         let cache = CacheConfig {
-            id_ttl: Duration::from_millis(self.cache.id_ttl_ms.unwrap_or(CACHE_ID_TTL_MS)),
-            id_max_entries: self.cache.id_max_entries.unwrap_or(CACHE_ID_MAX_ENTRIES),
-            file_max_bytes: self.cache.file_max_bytes.unwrap_or(CACHE_FILE_MAX_BYTES),
-            file_total_bytes: self
-                .cache
-                .file_total_bytes
-                .unwrap_or(CACHE_FILE_TOTAL_BYTES),
-            open_files: self.cache.open_files.unwrap_or(CACHE_OPEN_FILES),
-            file_watches: self.cache.file_watches.unwrap_or(CACHE_FILE_WATCHES),
+            id_ttl: Duration::from_millis(self.id_ttl_ms.unwrap_or(CACHE_ID_TTL_MS)),
+            id_max_entries: self.id_max_entries.unwrap_or(CACHE_ID_MAX_ENTRIES),
+            file_max_bytes: self.file_max_bytes.unwrap_or(CACHE_FILE_MAX_BYTES),
+            file_total_bytes: self.file_total_bytes.unwrap_or(CACHE_FILE_TOTAL_BYTES),
+            open_files: self.open_files.unwrap_or(CACHE_OPEN_FILES),
+            file_watches: self.file_watches.unwrap_or(CACHE_FILE_WATCHES),
         };
         if cache.file_max_bytes > cache.file_total_bytes && cache.file_total_bytes > 0 {
             return Err(err_at(
@@ -266,8 +340,14 @@ impl RawConfig {
             ));
         }
 
-        let raw_limits = self.limits;
-        let limits = LimitsConfig {
+        Ok(cache)
+    }
+}
+
+impl RawLimits {
+    fn validate(self) -> LimitsConfig {
+        let raw_limits = self;
+        LimitsConfig {
             header_read_timeout: Duration::from_secs(
                 raw_limits
                     .header_read_timeout_secs
@@ -314,28 +394,38 @@ impl RawConfig {
             socket_unsent_bytes: raw_limits
                 .socket_unsent_bytes
                 .unwrap_or(LIMITS_SOCKET_UNSENT_BYTES),
-        };
-
-        let mut trusted_proxies = Vec::new();
-        let trusted = self
-            .trusted_proxies
-            .unwrap_or_else(|| TRUSTED_PROXIES.iter().map(|p| p.to_string()).collect());
-        for text in trusted {
-            // A bare address is a network of one.
-            let net = text
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                .map_err(|_| {
-                    err_at(
-                        "trusted_proxies",
-                        format!("`{text}` is not a CIDR network (e.g. 10.0.0.0/8) or an address"),
-                    )
-                })?;
-            trusted_proxies.push(net);
         }
+    }
+}
+
+fn trusted_proxies(
+    trusted: Option<Vec<String>>,
+    err_at: ErrAt<'_>,
+) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+    let mut trusted_proxies = Vec::new();
+    let trusted =
+        trusted.unwrap_or_else(|| TRUSTED_PROXIES.iter().map(|p| p.to_string()).collect());
+    for text in trusted {
+        // A bare address is a network of one.
+        let net = text
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map_err(|_| {
+                err_at(
+                    "trusted_proxies",
+                    format!("`{text}` is not a CIDR network (e.g. 10.0.0.0/8) or an address"),
+                )
+            })?;
+        trusted_proxies.push(net);
+    }
+    Ok(trusted_proxies)
+}
+
+impl RawAccessLog {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<AccessLogConfig, ConfigError> {
         let access_log = AccessLogConfig {
-            format: self.access_log.format.unwrap_or(AccessLogFormat::Combined),
-            path: self.access_log.path,
+            format: self.format.unwrap_or(AccessLogFormat::Combined),
+            path: self.path,
         };
         if let Some(path) = &access_log.path
             && !path.is_absolute()
@@ -343,8 +433,14 @@ impl RawConfig {
             return Err(err_at("access_log.path", "must be an absolute path".into()));
         }
 
+        Ok(access_log)
+    }
+}
+
+impl RawSigning {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<SigningConfig, ConfigError> {
         let mut keys = Vec::new();
-        for key in self.signing.keys.unwrap_or_default() {
+        for key in self.keys.unwrap_or_default() {
             if key.id.is_empty() || keys.iter().any(|(id, _): &(String, Vec<u8>)| *id == key.id) {
                 return Err(err_at(
                     "signing.keys",
@@ -367,17 +463,22 @@ impl RawConfig {
             }
             keys.push((key.id, secret));
         }
-        let required = self.signing.required.unwrap_or(SIGNING_REQUIRED);
+        let required = self.required.unwrap_or(SIGNING_REQUIRED);
         if required && keys.is_empty() {
             return Err(err_at(
                 "signing.required",
                 "signing is required but no key is configured".into(),
             ));
         }
-        let signing = SigningConfig { required, keys };
+        Ok(SigningConfig { required, keys })
+    }
+}
+
+impl RawCors {
+    fn validate(self, err_at: ErrAt<'_>) -> Result<CorsConfig, ConfigError> {
         let cors = CorsConfig {
-            allow_origins: self.cors.allow_origins.unwrap_or_default(),
-            max_age_secs: self.cors.max_age_secs.unwrap_or(CORS_MAX_AGE_SECS),
+            allow_origins: self.allow_origins.unwrap_or_default(),
+            max_age_secs: self.max_age_secs.unwrap_or(CORS_MAX_AGE_SECS),
         };
         for origin in &cors.allow_origins {
             if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
@@ -388,57 +489,38 @@ impl RawConfig {
             }
         }
 
-        let ops_listen = match self.ops_listen.as_deref().map(str::trim) {
-            None | Some("") => None,
-            Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
-                err_at(
-                    "ops_listen",
-                    format!("`{text}` is not an address like 127.0.0.1:23002"),
-                )
-            })?),
-        };
-        if ops_listen.is_some_and(|ops| ops == listen && ops.port() != 0) {
-            return Err(err_at("ops_listen", "must differ from listen".into()));
-        }
-
-        Ok(Config {
-            listen,
-            ops_listen,
-            media_roots,
-            serve_mode: self.serve_mode.unwrap_or(ServeMode::Direct),
-            route_prefixes,
-            cache_control: self.cache_control.unwrap_or_else(|| CACHE_CONTROL.into()),
-            max_ranges,
-            accel_location,
-            log_level: self.log_level.unwrap_or_else(|| LOG_LEVEL.into()),
-            worker_threads: match self.worker_threads.unwrap_or(0) {
-                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-                n => n,
-            },
-            worker_cpu_affinity: self.worker_cpu_affinity.unwrap_or(WORKER_CPU_AFFINITY),
-            mongodb,
-            redis,
-            daemon,
-            cache,
-            limits,
-            follow_symlinks: self.follow_symlinks.unwrap_or(FOLLOW_SYMLINKS),
-            zero_copy: self.zero_copy.unwrap_or(ZERO_COPY),
-            access_log,
-            trusted_proxies,
-            proxy_protocol: self.proxy_protocol.unwrap_or(PROXY_PROTOCOL),
-            signing,
-            cors,
-            ban_urls: {
-                let urls = self.http_caches.ban_urls.unwrap_or_default();
-                if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
-                    return Err(err_at(
-                        "http_caches.ban_urls",
-                        format!("`{bad}` is not an http://host:port URL"),
-                    ));
-                }
-                urls
-            },
-            ignored_env: Vec::new(),
-        })
+        Ok(cors)
     }
+}
+
+fn ops_listen(
+    text: Option<&str>,
+    listen: SocketAddr,
+    err_at: ErrAt<'_>,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    let ops_listen = match text.map(str::trim) {
+        None | Some("") => None,
+        Some(text) => Some(text.parse::<SocketAddr>().map_err(|_| {
+            err_at(
+                "ops_listen",
+                format!("`{text}` is not an address like 127.0.0.1:23002"),
+            )
+        })?),
+    };
+    if ops_listen.is_some_and(|ops| ops == listen && ops.port() != 0) {
+        return Err(err_at("ops_listen", "must differ from listen".into()));
+    }
+
+    Ok(ops_listen)
+}
+
+fn ban_urls(urls: Option<Vec<String>>, err_at: ErrAt<'_>) -> Result<Vec<String>, ConfigError> {
+    let urls = urls.unwrap_or_default();
+    if let Some(bad) = urls.iter().find(|u| !u.starts_with("http://")) {
+        return Err(err_at(
+            "http_caches.ban_urls",
+            format!("`{bad}` is not an http://host:port URL"),
+        ));
+    }
+    Ok(urls)
 }

@@ -278,7 +278,7 @@ impl Status {
     /// `gave_up_reason`, and `readiness` (`http_status` and `/readyz`'s own fields, or
     /// `error`).
     pub fn to_json(&self) -> serde_json::Value {
-        let now = super::state::now_secs();
+        let now = crate::timing::unix_secs();
         let state = self.state.as_ref();
         let readiness = match &self.readyz {
             Ok((code, body)) => {
@@ -320,7 +320,7 @@ impl Status {
     /// Human-readable report.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let now = super::state::now_secs();
+        let now = crate::timing::unix_secs();
         match (self.running, &self.state) {
             (Some(pid), _) => out.push_str(&format!("musicd: running (supervisor pid {pid})\n")),
             (None, _) => out.push_str("musicd: not running\n"),

@@ -17,6 +17,8 @@ pub(crate) mod state;
 pub(crate) mod supervisor;
 pub(crate) mod sys;
 
+pub use sys::raise_open_files_limit;
+
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::path::PathBuf;

@@ -5,7 +5,6 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -74,13 +73,6 @@ pub(crate) struct ReloadOutcome {
     pub(crate) ok: bool,
     /// What happened.
     pub(crate) message: String,
-}
-
-/// Seconds since the epoch, now.
-pub(crate) fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Path of the state file in `state_dir`.

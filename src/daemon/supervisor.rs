@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 
 use super::notify::NotifyListener;
-use super::state::{Phase, ReloadOutcome, SupervisorState, now_secs, write_state};
+use super::state::{Phase, ReloadOutcome, SupervisorState, write_state};
 use super::sys::{self, ExitKind};
 use crate::config::{Config, Sources};
 
@@ -96,7 +96,7 @@ struct Supervisor {
     signals: OwnedFd,
     workers: Vec<Worker>,
     state: SupervisorState,
-    backoff: Duration,
+    backoff: crate::timing::Backoff,
     restart_at: Option<Instant>,
     crashes: VecDeque<Instant>,
     stopping: bool,
@@ -139,7 +139,7 @@ pub(crate) fn run(launch: Launch) -> i32 {
     let state = SupervisorState {
         phase: Phase::Starting,
         supervisor_pid: i32::try_from(std::process::id()).unwrap_or(0),
-        started_at: now_secs(),
+        started_at: crate::timing::unix_secs(),
         worker_pid: None,
         worker_started_at: None,
         restarts: 0,
@@ -156,6 +156,7 @@ pub(crate) fn run(launch: Launch) -> i32 {
         last_guard: None,
     };
     tracing::info!(listen = %config.listen, pid = state.supervisor_pid, "supervisor started");
+    let backoff = crate::timing::Backoff::new(INITIAL_BACKOFF, config.daemon.backoff_max);
     let mut supervisor = Supervisor {
         config,
         sources,
@@ -165,7 +166,7 @@ pub(crate) fn run(launch: Launch) -> i32 {
         signals,
         workers: Vec::new(),
         state,
-        backoff: INITIAL_BACKOFF,
+        backoff,
         restart_at: None,
         crashes: VecDeque::new(),
         stopping: false,
@@ -321,7 +322,7 @@ impl Supervisor {
                 self.workers.push(Worker {
                     pid,
                     started: Instant::now(),
-                    started_at: now_secs(),
+                    started_at: crate::timing::unix_secs(),
                     notify,
                     ready: false,
                     role,
@@ -333,7 +334,7 @@ impl Supervisor {
                 });
                 if role == Role::Current {
                     self.state.worker_pid = Some(pid);
-                    self.state.worker_started_at = Some(now_secs());
+                    self.state.worker_started_at = Some(crate::timing::unix_secs());
                 }
             }
             Err(err) => {
@@ -441,7 +442,7 @@ impl Supervisor {
     fn crashed(&mut self, worker: &Worker, reason: String) {
         let now = Instant::now();
         if worker.started.elapsed() >= self.config.daemon.min_uptime {
-            self.backoff = INITIAL_BACKOFF;
+            self.backoff.reset();
         }
         self.crashes.push_back(now);
         while self
@@ -472,8 +473,8 @@ impl Supervisor {
     fn schedule_restart_after_failure(&mut self, reason: String) {
         // Up to +10 % jitter so a fleet of supervisors does not retry in lockstep.
         let jitter = rand::rng().random_range(0.0..=0.1);
-        let delay = self.backoff.mul_f64(1.0 + jitter);
-        self.backoff = (self.backoff * 2).min(self.config.daemon.backoff_max);
+        self.backoff.set_max(self.config.daemon.backoff_max);
+        let delay = self.backoff.next_pause().mul_f64(1.0 + jitter);
         self.restart_at = Some(Instant::now() + delay);
         self.state.phase = Phase::Backoff;
         self.state.next_backoff_ms = Some(delay.as_millis() as u64);
@@ -611,7 +612,7 @@ impl Supervisor {
         } else {
             // In backoff: restart at once with the new configuration.
             self.restart_at = Some(Instant::now());
-            self.backoff = INITIAL_BACKOFF;
+            self.backoff.reset();
             self.reload_done(true, "no worker was running: starting one".into());
         }
         self.save();

@@ -280,7 +280,7 @@ pub(crate) unsafe fn take_listener(fd: RawFd) -> io::Result<std::net::TcpListene
 /// Raises this process's soft limit of open files to its hard limit (as Go's runtime and
 /// nginx's `worker_rlimit_nofile` do: shells hand out 1,024 under a hard limit far
 /// higher). The limit in force afterwards.
-pub(crate) fn raise_open_files_limit() -> io::Result<u64> {
+pub fn raise_open_files_limit() -> io::Result<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

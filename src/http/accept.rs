@@ -290,7 +290,8 @@ pub async fn accept_loop<S: Service>(
     let grace = admission.grace;
     let shared = Arc::new(conn::Shared { service, settings });
     tokio::pin!(shutdown);
-    let mut accept_backoff = Duration::from_millis(5);
+    let mut accept_backoff =
+        crate::timing::Backoff::new(Duration::from_millis(5), Duration::from_secs(1));
     let mut inbox = admission
         .balance
         .as_ref()
@@ -316,14 +317,13 @@ pub async fn accept_loop<S: Service>(
         };
         let (stream, peer) = match accepted {
             Ok(pair) => {
-                accept_backoff = Duration::from_millis(5);
+                accept_backoff.reset();
                 pair
             }
             Err(err) => {
                 // Out of file descriptors and similar: wait and retry rather than spin.
                 tracing::warn!(error = %err, "accept failed");
-                tokio::time::sleep(accept_backoff).await;
-                accept_backoff = (accept_backoff * 2).min(Duration::from_secs(1));
+                tokio::time::sleep(accept_backoff.next_pause()).await;
                 continue;
             }
         };

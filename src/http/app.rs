@@ -51,10 +51,10 @@ impl App {
         let mut router = Router::new();
         for route in Route::OPS {
             let handler: MethodRouter<AppState> = match route {
-                Route::Healthz => get(ops::healthz),
                 Route::Readyz => get(ops::readyz),
                 Route::Metrics => get(ops::metrics),
-                Route::Track | Route::Other => continue,
+                // `http::dispatch` answers these before the router.
+                Route::Healthz | Route::Track | Route::Other => continue,
             };
             if let Some(path) = route.path() {
                 router = router.route(path, handler);

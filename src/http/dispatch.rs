@@ -54,9 +54,16 @@ pub(crate) async fn dispatch(app: &App, role: ListenerRole, request: &Request<'_
     if role.hides(route) {
         return plain(Route::Other, no_route());
     }
-    let get_or_head = *method == Method::GET || *method == Method::HEAD;
-    if route == Route::Healthz && get_or_head {
-        return plain(Route::Healthz, ops::healthz_answer(&app.state));
+    if route == Route::Healthz {
+        // Answered here for every method: load balancers ask it as often as players ask
+        // for tracks, and the router never sees it.
+        let get_or_head = *method == Method::GET || *method == Method::HEAD;
+        let answer = if get_or_head {
+            ops::healthz(&app.state)
+        } else {
+            not_allowed()
+        };
+        return plain(Route::Healthz, answer);
     }
     if request.path == "*" {
         let mut answer = Answer::new(StatusCode::OK, Default::default(), Payload::Empty);
@@ -221,6 +228,7 @@ mod tests {
         }
         let answer = ask(&app, ListenerRole::All, "DELETE", "/healthz", "").await;
         assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(answer.headers[header::ALLOW], "GET, HEAD");
         let answer = ask(&app, ListenerRole::All, "OPTIONS", "*", "").await;
         assert_eq!(answer.status, StatusCode::OK);
         assert_eq!(answer.headers[header::ALLOW], "GET, HEAD");

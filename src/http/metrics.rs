@@ -351,9 +351,9 @@ pub(crate) fn render_file_checks(out: &mut String, cache: &super::file::cache::F
     );
 }
 
-/// The change-stream follower's series (`crate::watch`), appended to `out`.
-pub(crate) fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) {
-    let following = u8::from(watch.state() == crate::watch::WatchState::Following);
+/// The change-stream follower's series (`crate::follow`), appended to `out`.
+pub(crate) fn render_follower(out: &mut String, watch: &crate::follow::FollowerStatus) {
+    let following = u8::from(watch.state() == crate::follow::FollowerState::Following);
     single(
         out,
         "musicd_watch_following",
@@ -370,6 +370,16 @@ pub(crate) fn render_watch(out: &mut String, watch: &crate::watch::WatchStatus) 
     );
     for (operation, n) in watch.events() {
         let _ = writeln!(out, "{events}{{operation=\"{operation}\"}} {n}");
+    }
+    let interruptions = "musicd_watch_interruptions_total";
+    family(
+        out,
+        interruptions,
+        "counter",
+        "Times following stopped on a failure and was tried again, by what failed.",
+    );
+    for (kind, n) in watch.interruptions() {
+        let _ = writeln!(out, "{interruptions}{{kind=\"{kind}\"}} {n}");
     }
     single(
         out,

@@ -73,7 +73,7 @@ pub(crate) struct AppState {
     /// Signed links and CORS.
     pub(crate) access: Arc<access::AccessRules>,
     /// The change-stream follower's state, for `/readyz` and `/metrics`.
-    pub(crate) watch: Arc<crate::watch::WatchStatus>,
+    pub(crate) follower: Arc<crate::follow::FollowerStatus>,
     /// The subscription to pushed evictions, for `/readyz` and `/metrics`.
     pub(crate) evictions: Arc<crate::catalog::evictions::EvictionStatus>,
 }
@@ -109,7 +109,7 @@ impl AppState {
             access_log: access_log::AccessLog::open(&config.access_log)
                 .map_err(ServerError::AccessLog)?,
             access: Arc::new(access::AccessRules::from_config(config)),
-            watch: Arc::new(crate::watch::WatchStatus::new(config)),
+            follower: Arc::new(crate::follow::FollowerStatus::new(config)),
             evictions: Arc::default(),
         })
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
@@ -18,20 +18,8 @@ use serde_json::json;
 use super::AppState;
 use super::service::{Answer, Payload};
 
-/// `GET /healthz` through the router (the HTTP/1.1 connections answer it directly with
-/// [`healthz_answer`]; this route is what other methods meet, for their 405).
-pub(crate) async fn healthz(State(state): State<AppState>) -> Response {
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(JSON))],
-        healthz_body(&state),
-    )
-        .into_response()
-}
-
-const JSON: &str = "application/json";
-
-/// The `/healthz` answer.
-pub(crate) fn healthz_answer(state: &AppState) -> Answer {
+/// The `/healthz` answer (`http::dispatch` gives it, never the router).
+pub(crate) fn healthz(state: &AppState) -> Answer {
     Answer::new(
         StatusCode::OK,
         Bytes::from_static(b"content-type: application/json\r\n"),
@@ -119,7 +107,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     };
     let mut body = readiness.to_json();
     // Shown, not judged: a standby or a stopped follower does not make serving unready.
-    body["watch"] = state.watch.to_json();
+    body["watch"] = state.follower.to_json();
     body["evictions"] = state.evictions.to_json();
     (code, Json(body)).into_response()
 }
@@ -146,7 +134,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         state.resolver.local_len(),
     );
     super::metrics::render_file_checks(&mut text, &state.files.cache);
-    super::metrics::render_watch(&mut text, &state.watch);
+    super::metrics::render_follower(&mut text, &state.follower);
     super::metrics::render_evictions(&mut text, &state.evictions);
     super::metrics::render_mongodb_waiting(&mut text, state.resolver.store().waiting());
     if let Some(log) = &state.access_log {

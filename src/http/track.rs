@@ -14,7 +14,8 @@ use super::error::ApiError;
 use super::file::{self, request::FileRequest};
 use super::service::Answer;
 use crate::catalog::{CacheOutcome, ResolveError};
-use crate::signing::{LinkParams, unix_now};
+use crate::signing::LinkParams;
+use crate::timing::unix_secs;
 
 /// Checks the link, resolves `id` and answers with its file (or the error's answer).
 pub(crate) async fn answer(
@@ -37,7 +38,7 @@ async fn resolve_and_serve(
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
     // Before any lookup: a refused link costs no Redis or MongoDB query.
-    let now = unix_now();
+    let now = unix_secs();
     if let Err(source) = state.access.signing.check(&oid, link, now) {
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
     }

@@ -585,3 +585,97 @@ async fn each_event_loop_keeps_to_a_cpu_of_its_own() {
         let _ = crate::harness::procs::kill_child(&mut child);
     }
 }
+
+/// The top-level keys of a JSON object, sorted.
+fn keys(report: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = report
+        .as_object()
+        .map(|object| object.keys().cloned().collect())
+        .unwrap_or_default();
+    keys.sort();
+    keys
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_json_report_keeps_its_shape() {
+    // Scripts parse these: a key renamed or dropped breaks them, so each command's keys
+    // are pinned here (`replay` and `players` pin theirs in their own tests).
+    let env = TestEnv::new().await;
+    let (id, _) = env.track("shape.mp3", &pattern(4096, 7)).await;
+    let id = id.to_hex();
+    let server = env.musicd().await;
+    let base = server.url("");
+    let key_glob = format!("{}*", env.config.redis.prefix);
+    let cases: Vec<(Vec<&str>, &[&str])> = vec![
+        (
+            vec!["purge", "--dry-run", &key_glob],
+            &[
+                "bans", "dry_run", "failed", "matched", "nodes", "removed", "sample", "seconds",
+            ],
+        ),
+        (
+            vec!["purge", "--dry-run", "--id", &id],
+            &["bans", "dry_run", "key", "removed"],
+        ),
+        (vec!["health"], &["checks", "status"]),
+        (
+            vec!["reindex", "--dry-run"],
+            &[
+                "cache_entries",
+                "changed_meanwhile",
+                "documents",
+                "dry_run",
+                "indexed",
+                "invalid_document",
+                "missing_file",
+                "outside_roots",
+                "pruned",
+                "seconds",
+                "write_failed",
+            ],
+        ),
+        (
+            vec!["resolve", &id],
+            &[
+                "cache",
+                "cached_path",
+                "database",
+                "database_path",
+                "file",
+                "id",
+                "key",
+                "problem",
+                "servable",
+            ],
+        ),
+        (
+            vec!["compare", "--base", &base, "--against", &base],
+            &[
+                "agree",
+                "compared",
+                "disagree",
+                "no_file_with_200",
+                "tracks",
+            ],
+        ),
+        (vec!["verify"], &["checked", "counts", "findings"]),
+    ];
+    let mut wrong = Vec::new();
+    for (args, expected) in cases {
+        // A report is printed whatever it says (`health` is down here: no daemon listens
+        // where the config says); a command that could not run prints no JSON and fails
+        // in `musicctl_json`.
+        let (code, report) = tokio::task::block_in_place(|| env.musicctl_json(&args));
+        assert!(code.is_some(), "{args:?}: killed: {report}");
+        let found = keys(&report);
+        if found != *expected {
+            wrong.push(format!("{args:?}: {found:?}"));
+        }
+    }
+    server.shutdown().await;
+    assert!(
+        wrong.is_empty(),
+        "JSON shapes changed:\n{}",
+        wrong.join("\n")
+    );
+}

@@ -2,7 +2,10 @@
 //! * `http::h1` (HTTP/1.1 on the wire) and the accept loop reach the application only
 //!   through `http::service`: they import no route, file, track, access or log module;
 //! * `http::service` is a leaf: it imports nothing else from the crate;
-//! * no two modules of `http` import each other, directly or around a cycle.
+//! * no two modules of `http` import each other, directly or around a cycle;
+//! * the crate's top-level modules are layered (`src/lib.rs` has the table): each imports
+//!   only from its own layer or below, so the daemon's side never imports `admin` (the
+//!   CLI), and no two top-level modules import each other, directly or around a cycle.
 //!
 //! A module's imports are the `crate::…`, `super::…` and `crate::http::…` paths its files
 //! name; a file's module is its place under `src/`.
@@ -181,7 +184,7 @@ fn h1_reaches_the_application_only_through_the_service_seam_and_http_has_no_cycl
                 }
                 let above_http = !path.is_empty()
                     && [
-                        "catalog", "watch", "admin", "daemon", "server", "media", "signing",
+                        "catalog", "follow", "admin", "daemon", "server", "media", "signing",
                     ]
                     .contains(&path[0].as_str());
                 if above_http && !is(&["http", "accept"]) {
@@ -201,6 +204,63 @@ fn h1_reaches_the_application_only_through_the_service_seam_and_http_has_no_cycl
         }
     }
     // Cycles: a module that can reach itself through others.
+    violations.extend(cycles(&graph, "http::"));
+    violations.sort();
+    violations.dedup();
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+/// The crate's layers, lowest first (`src/lib.rs`). Every top-level module is in one.
+const LAYERS: [&[&str]; 7] = [
+    &[
+        "config",
+        "media",
+        "signing",
+        "redis_link",
+        "blocking_http",
+        "varnish",
+        "timing",
+        "cli",
+    ],
+    &["catalog"],
+    &["follow"],
+    &["http"],
+    &["server"],
+    &["daemon"],
+    &["admin"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&module))
+}
+
+/// What breaks the layering, given each top-level module's imports of the others.
+fn layering_violations(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut violations = Vec::new();
+    for (from, targets) in graph {
+        let Some(from_layer) = layer_of(from) else {
+            violations.push(format!(
+                "{from} is in no layer (add it to LAYERS and lib.rs)"
+            ));
+            continue;
+        };
+        for to in targets {
+            match layer_of(to) {
+                Some(to_layer) if to_layer > from_layer => {
+                    violations.push(format!("{from} imports {to}, a layer above it"));
+                }
+                Some(_) => {}
+                None => violations.push(format!("{to} is in no layer (add it to LAYERS)")),
+            }
+        }
+    }
+    violations.extend(cycles(graph, ""));
+    violations
+}
+
+/// Every cycle of `graph`, as `import cycle: a -> b -> a`.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>, prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
     for start in graph.keys() {
         let mut seen = BTreeSet::new();
         let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
@@ -209,7 +269,8 @@ fn h1_reaches_the_application_only_through_the_service_seam_and_http_has_no_cycl
                 if next == start {
                     let mut cycle = trail.clone();
                     cycle.push(start.clone());
-                    violations.push(format!("import cycle: http::{}", cycle.join(" -> http::")));
+                    let arrow = format!(" -> {prefix}");
+                    found.push(format!("import cycle: {prefix}{}", cycle.join(&arrow)));
                 } else if seen.insert(next.clone()) {
                     let mut longer = trail.clone();
                     longer.push(next.clone());
@@ -218,9 +279,66 @@ fn h1_reaches_the_application_only_through_the_service_seam_and_http_has_no_cycl
             }
         }
     }
+    found
+}
+
+/// Each top-level module's imports of the other top-level modules.
+fn top_level_graph(sources: &[(Vec<String>, String)]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, text) in sources {
+        let Some(from) = module.first() else { continue };
+        let entry = graph.entry(from.clone()).or_default();
+        for path in imports(module, text) {
+            if let Some(to) = path.first()
+                && to != from
+            {
+                entry.insert(to.clone());
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn the_top_level_modules_are_layered_and_nothing_below_admin_imports_it() {
+    let graph = top_level_graph(&sources());
+    let mut violations = layering_violations(&graph);
+    for (from, targets) in &graph {
+        if from != "admin" && targets.contains("admin") {
+            violations.push(format!("{from} imports admin (the CLI)"));
+        }
+    }
     violations.sort();
     violations.dedup();
     assert!(violations.is_empty(), "{}", violations.join("\n"));
+    assert!(
+        graph.contains_key("follow") && graph.contains_key("admin"),
+        "the reader found the modules: {:?}",
+        graph.keys()
+    );
+}
+
+#[test]
+fn a_planted_import_of_admin_in_the_follower_is_caught() {
+    // The rule above, shown failing: the follower reaching for the CLI's code (what it
+    // did before the rebuild moved to `catalog::rebuild`).
+    let mut sources = sources();
+    for (module, text) in &mut sources {
+        if module.as_slice() == ["follow"] {
+            text.insert_str(0, "use crate::admin::reindex;\n");
+        }
+    }
+    let violations = layering_violations(&top_level_graph(&sources));
+    assert!(
+        violations.contains(&"follow imports admin, a layer above it".to_string()),
+        "{violations:?}"
+    );
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.starts_with("import cycle:") && v.contains("follow")),
+        "admin imports follow, so the plant also closes a cycle: {violations:?}"
+    );
 }
 
 #[test]

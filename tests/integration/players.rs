@@ -92,40 +92,41 @@ async fn listeners_are_held_without_a_stall_by_a_fast_musicd() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn listeners_stall_against_a_musicd_paced_below_their_bitrate() {
-    // 20,000 bytes/s against 40,000 bytes/s of playback: a 1 s prebuffer lasts 2 s.
-    let env = TestEnv::shared_with(&[
-        "limits.rate_bytes_per_sec=20000",
-        "limits.rate_after_bytes=0",
-    ])
-    .await;
+/// Five listeners at 320 kbps, with a 1 s prebuffer and `args`, against a musicd with
+/// `settings` (its pace): the exit code and report.
+async fn against_a_paced_musicd(
+    settings: &[&str],
+    args: &'static [&'static str],
+) -> (Option<i32>, serde_json::Value) {
+    let env = TestEnv::shared_with(settings).await;
     let ids = library(&env).await;
     let server = env.musicd().await;
     let url = server.url("");
-    let (code, report) = tokio::task::spawn_blocking(move || {
-        players(
-            &env,
-            &url,
-            &ids,
-            &[
-                "--listeners",
-                "5",
-                "--duration",
-                "8s",
-                "--prebuffer",
-                "1s",
-                "--probe",
-                "none",
-            ],
-        )
+    let ran = tokio::task::spawn_blocking(move || {
+        let mut all = vec!["--listeners", "5", "--prebuffer", "1s"];
+        all.extend_from_slice(args);
+        players(&env, &url, &ids, &all)
     })
     .await
     .expect("players");
+    server.shutdown().await;
+    ran
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_stall_against_a_musicd_paced_below_their_bitrate() {
+    // 20,000 bytes/s against 40,000 bytes/s of playback: a 1 s prebuffer lasts 2 s.
+    let (code, report) = against_a_paced_musicd(
+        &[
+            "limits.rate_bytes_per_sec=20000",
+            "limits.rate_after_bytes=0",
+        ],
+        &["--duration", "8s", "--probe", "none"],
+    )
+    .await;
     assert!(report["stalls"].as_u64().unwrap_or(0) >= 5, "{report}");
     assert_eq!(report["stalled_listeners"], 5, "{report}");
     assert_eq!(code, Some(1), "{report}");
-    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,40 +134,25 @@ async fn listeners_are_held_by_a_musicd_pacing_in_large_sends_above_their_bitrat
     // 60,000 bytes/s after a free start of 4 s of playback: the pace sends 80,000 bytes
     // (1.3 s of it) at a time, half the free start, so each listener's buffer dips to 2 s
     // of audio at worst before the next send comes.
-    let env = TestEnv::shared_with(&[
-        "limits.rate_bytes_per_sec=60000",
-        "limits.rate_after_bytes=160000",
-    ])
+    let (code, report) = against_a_paced_musicd(
+        &[
+            "limits.rate_bytes_per_sec=60000",
+            "limits.rate_after_bytes=160000",
+        ],
+        &[
+            "--duration",
+            "6s",
+            "--seek-rate",
+            "0",
+            "--skip-rate",
+            "0",
+            "--probe",
+            "none",
+        ],
+    )
     .await;
-    let ids = library(&env).await;
-    let server = env.musicd().await;
-    let url = server.url("");
-    let (code, report) = tokio::task::spawn_blocking(move || {
-        players(
-            &env,
-            &url,
-            &ids,
-            &[
-                "--listeners",
-                "5",
-                "--duration",
-                "6s",
-                "--prebuffer",
-                "1s",
-                "--seek-rate",
-                "0",
-                "--skip-rate",
-                "0",
-                "--probe",
-                "none",
-            ],
-        )
-    })
-    .await
-    .expect("players");
     assert_eq!(report["held"], 5, "{report}");
     assert_eq!(report["stalls"], 0, "{report}");
     assert_eq!(report["errors"], serde_json::json!({}), "{report}");
     assert_eq!(code, Some(0), "{report}");
-    server.shutdown().await;
 }

@@ -145,17 +145,16 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
 
     // The same traffic to a second musicd side by side: both answer alike.
     let other = env.musicd().await;
-    let (code, report) = env.musicctl_json(args(&[
-        &"replay",
-        &plain_path,
-        &gz_path,
-        &"--target",
-        &server.url(""),
-        &"--against",
-        &other.url(""),
-        &"--speed",
-        &"max",
-    ]));
+    // Each log replayed against the first musicd and `against` side by side, at full speed.
+    let side_by_side = |logs: &[&dyn AsRef<std::ffi::OsStr>], against: String| {
+        let target = server.url("");
+        let mut argv: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"replay"];
+        argv.extend_from_slice(logs);
+        argv.extend_from_slice(&[&"--target", &target, &"--against", &against]);
+        argv.extend_from_slice(&[&"--speed", &"max"]);
+        env.musicctl_json(args(&argv))
+    };
+    let (code, report) = side_by_side(&[&plain_path, &gz_path], other.url(""));
     assert_eq!(code, Some(0), "{report}");
     assert_eq!(
         report["against"]["statuses"], report["statuses"],
@@ -167,16 +166,7 @@ async fn a_generated_log_is_replayed_with_its_counts_ranges_abandons_and_timing(
 
     // A service that does not have the tracks: every replayed track differs, and it says so.
     let empty = TestEnv::new().await.musicd().await;
-    let (code, report) = env.musicctl_json(args(&[
-        &"replay",
-        &plain_path,
-        &"--target",
-        &server.url(""),
-        &"--against",
-        &empty.url(""),
-        &"--speed",
-        &"max",
-    ]));
+    let (code, report) = side_by_side(&[&plain_path], empty.url(""));
     assert_eq!(code, Some(1), "{report}");
     let whole_and_abandoned = report["statuses"]["2xx"].as_u64().unwrap_or(0);
     assert_eq!(report["differing"], whole_and_abandoned, "{report}");

@@ -204,7 +204,7 @@ async fn a_write_back_that_read_before_a_change_never_undoes_it() {
 /// varnish, which had the old files cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
-    use musicd::admin::reindex::{ReindexOptions, reindex};
+    use musicd::admin::reindex::{RebuildOptions, reindex};
     const TRACKS: usize = 200;
     const BATCH: usize = 40;
     // The tracks moved: two of each batch read while the one before is written.
@@ -243,7 +243,7 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
     }
 
     let backends = Backends::new(&env.config).await.expect("clients");
-    let options = ReindexOptions {
+    let options = RebuildOptions {
         dry_run: false,
         prune: false,
         batch: BATCH,
@@ -565,7 +565,7 @@ async fn a_ban_no_cache_took_is_kept_in_redis_and_sent_by_the_next_follower() {
     env.set_path(&id, &moved).await;
     let failed = format!("musicd_watch_bans_total{{cache=\"{cache_url}\",result=\"failed\"}}");
     until_metric(&first, &failed, 1.0, "the ban never failed").await;
-    let key = musicd::watch::bans::handover_key(&env.config.redis.prefix, &cache_url);
+    let key = musicd::follow::bans::handover_key(&env.config.redis.prefix, &cache_url);
     let mut conn = env
         .redis
         .get_multiplexed_async_connection()

@@ -212,18 +212,14 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
             .get_multiplexed_async_connection()
             .await
             .expect("redis");
-        let _: () = redis::cmd("SET")
-            .arg(env.key(&stale_path))
-            .arg("/somewhere/else.mp3")
-            .query_async(&mut conn)
-            .await
-            .expect("SET");
-        let _: () = redis::cmd("SET")
-            .arg(env.key(&negative))
-            .arg("")
-            .query_async(&mut conn)
-            .await
-            .expect("SET");
+        for (id, value) in [(&stale_path, "/somewhere/else.mp3"), (&negative, "")] {
+            let _: () = redis::cmd("SET")
+                .arg(env.key(id))
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+        }
     }
 
     let (code, report) = verify(&env, &[]);

@@ -269,7 +269,7 @@ async fn changes_made_while_no_musicd_runs_are_applied_from_the_resume_point() {
         assert_eq!(get_body(&server.track_url(id)).await.0, StatusCode::OK);
     }
     // Once it has saved a resume point, stop it (it gives the lease up).
-    let (lease_key, position_key) = musicd::watch::lease::keys(&env.config.redis.prefix);
+    let (lease_key, position_key) = musicd::follow::lease::keys(&env.config.redis.prefix);
     let asked = Instant::now();
     while env.redis_get(&position_key).await.is_none() {
         assert!(
@@ -708,7 +708,7 @@ async fn musicctl_watch_follows_in_the_foreground_and_hands_over_on_sigterm() {
         .stderr(std::process::Stdio::null());
     let mut watcher = crate::harness::spawn(command);
     let pid = watcher.id();
-    let (lease_key, _) = musicd::watch::lease::keys(&env.config.redis.prefix);
+    let (lease_key, _) = musicd::follow::lease::keys(&env.config.redis.prefix);
     let conn = env
         .redis
         .get_multiplexed_async_connection()
@@ -812,4 +812,39 @@ async fn a_dropped_collection_rebuilds_the_index_and_following_goes_on() {
     )
     .await
     .expect("followed after the invalidate");
+}
+
+/// The follower's failures are typed and counted by what failed: with its Redis away it
+/// cannot take the lease, says so in `/readyz`, and counts it as a Redis interruption (not
+/// a MongoDB one), once per attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_without_redis_counts_its_interruptions_as_redis_ones() {
+    let away = format!("redis://127.0.0.1:{}", crate::harness::free_port());
+    let env = TestEnv::with(&away, &shared_replica_set().uri(), &[LEASE]).await;
+    let server = env.musicd().await;
+    let base = server.url("");
+    let series = |kind: &str| format!("musicd_watch_interruptions_total{{kind=\"{kind}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = metrics_of(&base).await;
+        if metric(&text, &series("redis")).is_some_and(|n| n >= 2.0) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Redis interruption counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(metric(&text, &series("mongodb")), Some(0.0), "{text}");
+    assert_eq!(metric(&text, &series("rebuild")), Some(0.0), "{text}");
+    let readyz = server.readyz().await;
+    assert_eq!(readyz["watch"]["state"], "waiting", "{readyz}");
+    assert!(
+        readyz["watch"]["reason"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("redis: ")),
+        "{readyz}"
+    );
+    server.shutdown().await;
 }

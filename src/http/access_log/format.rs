@@ -68,9 +68,9 @@ pub(crate) fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
         out.extend_from_slice(version(entry.version).as_bytes());
     }
     out.extend_from_slice(b"\" ");
-    out.extend_from_slice(itoa::Buffer::new().format(entry.status).as_bytes());
+    number(out, entry.status);
     out.push(b' ');
-    out.extend_from_slice(itoa::Buffer::new().format(entry.bytes).as_bytes());
+    number(out, entry.bytes);
     out.extend_from_slice(b" \"");
     dash_or_escaped(out, entry.referer);
     out.extend_from_slice(b"\" \"");
@@ -84,6 +84,11 @@ pub(crate) fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
     out.push(b' ');
     seconds(out, entry.ttfb);
     out.extend_from_slice(if entry.complete { b" 1\n" } else { b" 0\n" });
+}
+
+/// Appends a number in decimal.
+fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Appends `entry` as a JSON object on one line.
@@ -105,9 +110,9 @@ pub(crate) fn json(out: &mut Vec<u8>, entry: &Entry<'_>) {
     out.extend_from_slice(b",\"protocol\":\"");
     out.extend_from_slice(version(entry.version).as_bytes());
     out.extend_from_slice(b"\",\"status\":");
-    out.extend_from_slice(itoa::Buffer::new().format(entry.status).as_bytes());
+    number(out, entry.status);
     out.extend_from_slice(b",\"bytes\":");
-    out.extend_from_slice(itoa::Buffer::new().format(entry.bytes).as_bytes());
+    number(out, entry.bytes);
     out.extend_from_slice(b",\"latency_ms\":");
     millis(out, entry.latency);
     out.extend_from_slice(b",\"ttfb_ms\":");
@@ -172,7 +177,7 @@ fn millis(out: &mut Vec<u8>, duration: Duration) {
 
 /// `units` / 1000 with three decimals.
 fn thousandths(out: &mut Vec<u8>, units: u128) {
-    out.extend_from_slice(itoa::Buffer::new().format(units / 1000).as_bytes());
+    number(out, units / 1000);
     out.push(b'.');
     let rest = (units % 1000) as u16;
     out.push(b'0' + (rest / 100) as u8);

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::facts::FileFacts;
-use super::watch::{EntryWatch, RESTAT_AFTER, Watcher};
+use super::inotify::{EntryWatch, RESTAT_AFTER, Watcher};
 use crate::http::service::Identity;
 
 /// What a cache entry holds.

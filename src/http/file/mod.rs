@@ -3,7 +3,7 @@
 //! A hot file is answered on the event loop from the file cache ([`from_cache`]: a copy in
 //! memory or an open descriptor, proven current by a `stat` begun after the request was
 //! read, which one `stat` per loop turn gives a hot file, or by a drain of inotify begun
-//! after it, one per loop turn for every watched file: [`watch`]). Otherwise everything
+//! after it, one per loop turn for every watched file: [`inotify`]). Otherwise everything
 //! that touches the disk (confining the path, opening, `fstat`, reading a small body)
 //! happens in one hop to the blocking pool in [`prepare`]. The decisions in between are
 //! the pure functions of [`conditional`] and [`range`]; the answer's header lines are
@@ -12,16 +12,16 @@
 //! version that was opened.
 //!
 //! Submodules: [`request`] (what is read from the request), [`conditional`] and [`range`]
-//! (RFC 9110 decisions), [`facts`] (header lines per file version), [`cache`] (hot files in memory or open), [`watch`] (kernel
+//! (RFC 9110 decisions), [`facts`] (header lines per file version), [`cache`] (hot files in memory or open), [`inotify`] (kernel
 //! notification that they did not change), and the offload headers.
 
 pub(crate) mod cache;
 pub mod conditional;
 pub(crate) mod facts;
+pub(crate) mod inotify;
 mod offload;
 pub mod range;
 pub(crate) mod request;
-pub(crate) mod watch;
 
 use std::fs::File;
 use std::io;

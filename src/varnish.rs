@@ -1,14 +1,14 @@
-//! Purges that reach the HTTP caches in front: `BAN` requests to every varnish named in
-//! `[http_caches] ban_urls`, with `X-Ban-Url` a regular expression over the track URLs of
-//! the purged ids (`deploy/varnish.vcl` bans the cached objects whose URL matches).
+//! The HTTP caches in front (varnish with `deploy/varnish.vcl`, every URL of
+//! `[http_caches] ban_urls`): the URL regexes a ban names, and the one `BAN` sender that
+//! `musicctl purge` and the change-stream follower both use, with one rule for "taken".
 //!
 //! A Redis glob under the key prefix becomes a URL regex under every route prefix:
 //! `track_6b0e*` bans `^(/musicdb|/stream/musicdb)/6b0e[^/?]*([/?]|$)`. A pattern that does
 //! not start with the key prefix names no track URL and bans nothing.
 
-use serde::Serialize;
+use std::time::Duration;
 
-use super::AdminError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The URL regex of one track id under these route prefixes.
 pub(crate) fn id_regex(prefixes: &[String], id: &str) -> String {
@@ -78,76 +78,71 @@ fn regex_escape(text: &str) -> String {
     out
 }
 
-/// Sends `BAN` with `X-Ban-Url: regex` to a cache at `base` (`http://host:port`); the
-/// status it answered.
-pub(crate) fn ban(base: &str, regex: &str) -> Result<u16, AdminError> {
-    crate::blocking_http::request(base, "BAN", "/", &[("X-Ban-Url", regex)])
-        .map(|a| a.status)
-        .map_err(AdminError::from)
+/// Why a `BAN` got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum BanError {
+    /// The cache's address is not `http://host:port`.
+    #[error("{0}: only http:// URLs are supported")]
+    Url(String),
+    /// No connection.
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    /// The request could not be sent.
+    #[error("send: {0}")]
+    Send(std::io::Error),
+    /// The answer could not be read.
+    #[error("read: {0}")]
+    Read(std::io::Error),
+    /// What came back is not an HTTP answer.
+    #[error("not an HTTP answer")]
+    NotHttp,
+    /// Nothing came back in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
 }
 
-/// What one cache did with a ban.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BanOutcome {
-    /// The cache (`[http_caches] ban_urls`).
-    pub(crate) url: String,
-    /// The URL regex banned.
-    pub(crate) regex: String,
-    /// The status it answered (200: taken).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) status: Option<u16>,
-    /// Why it could not be asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) error: Option<String>,
-    /// Not sent: a dry run.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) dry_run: bool,
+/// Whether a cache took a ban, by its status: `deploy/varnish.vcl` answers 200, and any
+/// 2xx from another cache means the same.
+pub(crate) fn taken(status: u16) -> bool {
+    (200..300).contains(&status)
 }
 
-impl BanOutcome {
-    /// Whether the cache took the ban (a dry run takes nothing and fails nothing).
-    pub(crate) fn taken(&self) -> bool {
-        self.dry_run || self.status == Some(200)
-    }
-
-    /// One line: `ban: url regex -> status`.
-    pub(crate) fn render(&self) -> String {
-        match (self.status, &self.error) {
-            (Some(status), _) => format!("ban: {} {} -> {status}", self.url, self.regex),
-            (None, Some(error)) => format!("ban: {} failed: {error}", self.url),
-            (None, None) => format!("ban: {} {} (dry run)", self.url, self.regex),
-        }
-    }
-}
-
-/// Bans `regex` in every cache of `urls` (none when `regex` is `None`: the purge named no
-/// track URL).
-pub(crate) fn ban_everywhere(
-    urls: &[String],
-    regex: Option<&str>,
-    dry_run: bool,
-) -> Vec<BanOutcome> {
-    let Some(regex) = regex else {
-        return Vec::new();
-    };
-    urls.iter()
-        .map(|url| {
-            let mut outcome = BanOutcome {
-                url: url.clone(),
-                regex: regex.to_string(),
-                status: None,
-                error: None,
-                dry_run,
-            };
-            if !dry_run {
-                match ban(url, regex) {
-                    Ok(status) => outcome.status = Some(status),
-                    Err(err) => outcome.error = Some(err.to_string()),
-                }
+/// One `BAN` with `X-Ban-Url: regex` to the cache at `base` (`http://host:port`), within
+/// `timeout`; the status it answered.
+pub(crate) async fn ban(base: &str, regex: &str, timeout: Duration) -> Result<u16, BanError> {
+    let authority = base
+        .strip_prefix("http://")
+        .ok_or_else(|| BanError::Url(base.to_string()))?
+        .trim_end_matches('/')
+        .to_string();
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(authority.as_str())
+            .await
+            .map_err(BanError::Connect)?;
+        let request = format!(
+            "BAN / HTTP/1.1\r\nHost: {authority}\r\nX-Ban-Url: {regex}\r\nConnection: close\r\n\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(BanError::Send)?;
+        let mut answer = Vec::with_capacity(512);
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut buf).await.map_err(BanError::Read)?;
+            answer.extend_from_slice(&buf[..n]);
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            match response.parse(&answer) {
+                Ok(httparse::Status::Complete(_)) => return Ok(response.code.unwrap_or(0)),
+                Ok(httparse::Status::Partial) if n > 0 => {}
+                _ => return Err(BanError::NotHttp),
             }
-            outcome
-        })
-        .collect()
+        }
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .unwrap_or(Err(BanError::Timeout(timeout)))
 }
 
 #[cfg(test)]

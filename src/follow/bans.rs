@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 
 use mongodb::bson::oid::ObjectId;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::redis_link::RedisLink;
 
@@ -184,7 +183,7 @@ fn earliest(a: Queued, b: Queued) -> Queued {
 }
 
 /// One cache in front, its queue and counters.
-pub(crate) struct Cache {
+pub(crate) struct HttpCache {
     url: String,
     pending: Mutex<Pending>,
     wake: tokio::sync::Notify,
@@ -208,9 +207,9 @@ enum Echo {
     Everything,
 }
 
-impl Cache {
-    fn new(url: &str) -> Cache {
-        Cache {
+impl HttpCache {
+    fn new(url: &str) -> HttpCache {
+        HttpCache {
             url: url.trim_end_matches('/').to_string(),
             pending: Mutex::default(),
             wake: tokio::sync::Notify::new(),
@@ -316,7 +315,7 @@ impl Cache {
 
 /// The bans of one process's follower: a queue and a sender per cache.
 pub(crate) struct Banner {
-    caches: Vec<Cache>,
+    caches: Vec<HttpCache>,
     prefixes: Vec<String>,
     /// Sequence number of the last id queued.
     queued: AtomicU64,
@@ -329,7 +328,7 @@ impl Banner {
     /// A banner for these caches and route prefixes.
     pub(crate) fn new(ban_urls: &[String], route_prefixes: &[String]) -> Banner {
         Banner {
-            caches: ban_urls.iter().map(|u| Cache::new(u)).collect(),
+            caches: ban_urls.iter().map(|u| HttpCache::new(u)).collect(),
             prefixes: route_prefixes.to_vec(),
             queued: AtomicU64::new(0),
             order: Mutex::new(()),
@@ -341,7 +340,7 @@ impl Banner {
     }
 
     /// The caches, for metrics.
-    pub(crate) fn caches(&self) -> &[Cache] {
+    pub(crate) fn caches(&self) -> &[HttpCache] {
         &self.caches
     }
 
@@ -390,7 +389,7 @@ impl Banner {
 
     /// For `/readyz`.
     pub(crate) fn to_json(&self) -> serde_json::Value {
-        serde_json::Value::Array(self.caches.iter().map(Cache::to_json).collect())
+        serde_json::Value::Array(self.caches.iter().map(HttpCache::to_json).collect())
     }
 
     /// Sends every cache's bans until `stop` completes; then tries once more, for at most
@@ -497,7 +496,7 @@ impl Banner {
         &self,
         link: &RedisLink,
         prefix: &str,
-        cache: &Cache,
+        cache: &HttpCache,
     ) -> Result<(), crate::redis_link::LinkError> {
         let (members, through) = {
             let _order = self.order();
@@ -526,7 +525,7 @@ impl Banner {
     }
 
     /// Forgets the copy of a cache's queue in Redis once the cache took everything.
-    async fn unkeep(&self, link: &RedisLink, prefix: &str, cache: &Cache) {
+    async fn unkeep(&self, link: &RedisLink, prefix: &str, cache: &HttpCache) {
         let key = handover_key(prefix, &cache.url);
         let forgotten = link
             .run(|mut conn| async move {
@@ -541,8 +540,8 @@ impl Banner {
         }
     }
 
-    async fn send_forever(&self, cache: &Cache, link: &RedisLink, prefix: &str) {
-        let mut backoff = Duration::ZERO;
+    async fn send_forever(&self, cache: &HttpCache, link: &RedisLink, prefix: &str) {
+        let mut backoff = crate::timing::Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         loop {
             if cache.pending().is_empty() {
                 if cache.kept.load(Ordering::Acquire) {
@@ -561,7 +560,8 @@ impl Banner {
             }
             cache.queue_due_echoes();
             let started = Instant::now();
-            backoff = if self.send_batch(cache).await {
+            let pause = if self.send_batch(cache).await {
+                backoff.reset();
                 Duration::ZERO
             } else {
                 // The cache may stay away for long: what it owes is kept in Redis, so the
@@ -569,14 +569,14 @@ impl Banner {
                 if let Err(err) = self.keep(link, prefix, cache).await {
                     tracing::warn!(cache = %cache.url, error = %err, "could not keep undelivered bans in Redis");
                 }
-                (backoff * 2).clamp(Duration::from_millis(100), MAX_BACKOFF)
+                backoff.next_pause()
             };
-            tokio::time::sleep((BATCH_EVERY + backoff).saturating_sub(started.elapsed())).await;
+            tokio::time::sleep((BATCH_EVERY + pause).saturating_sub(started.elapsed())).await;
         }
     }
 
     /// Sends one batch; false if it failed (it is queued again).
-    async fn send_batch(&self, cache: &Cache) -> bool {
+    async fn send_batch(&self, cache: &HttpCache) -> bool {
         let batch = {
             let mut pending = cache.pending();
             if pending.is_empty() || pending.sending.is_some() {
@@ -598,17 +598,17 @@ impl Banner {
             batch
         };
         let regex = match &batch {
-            Batch::Everything(_) => crate::admin::ban::everything_regex(&self.prefixes),
+            Batch::Everything(_) => crate::varnish::everything_regex(&self.prefixes),
             Batch::Ids(ids) => {
                 let hex: Vec<String> = ids.iter().map(|(id, _)| id.to_hex()).collect();
-                crate::admin::ban::ids_regex(&self.prefixes, &hex)
+                crate::varnish::ids_regex(&self.prefixes, &hex)
             }
         };
-        let outcome = ban(&cache.url, &regex).await;
+        let outcome = crate::varnish::ban(&cache.url, &regex, BAN_TIMEOUT).await;
         let mut pending = cache.pending();
         pending.sending = None;
         match outcome {
-            Ok(status) if (200..300).contains(&status) => {
+            Ok(status) if crate::varnish::taken(status) => {
                 drop(pending);
                 cache.sent.fetch_add(1, Ordering::Relaxed);
                 let owed = batch.queued().filter(|(seq, _)| *seq != ECHO_SEQ);
@@ -639,7 +639,7 @@ impl Banner {
                 drop(pending);
                 let why = match outcome {
                     Ok(status) => format!("answered {status}"),
-                    Err(err) => err,
+                    Err(err) => err.to_string(),
                 };
                 if cache.failed.fetch_add(1, Ordering::Relaxed) == 0
                     || cache.last_error.lock().is_ok_and(|e| *e != why)
@@ -661,46 +661,6 @@ const HANDOVER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The Redis set of the bans a cache still owes (see the module doc).
 pub fn handover_key(prefix: &str, url: &str) -> String {
     format!("{prefix}watch:bans:{url}")
-}
-
-/// One `BAN` to the cache at `base` (`http://host:port`); its status.
-async fn ban(base: &str, regex: &str) -> Result<u16, String> {
-    let authority = base
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{base}: only http:// URLs are supported"))?
-        .trim_end_matches('/')
-        .to_string();
-    let exchange = async {
-        let mut stream = tokio::net::TcpStream::connect(authority.as_str())
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let request = format!(
-            "BAN / HTTP/1.1\r\nHost: {authority}\r\nX-Ban-Url: {regex}\r\nConnection: close\r\n\r\n"
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("send: {e}"))?;
-        let mut answer = Vec::with_capacity(512);
-        let mut buf = [0u8; 1024];
-        loop {
-            let n = stream
-                .read(&mut buf)
-                .await
-                .map_err(|e| format!("read: {e}"))?;
-            answer.extend_from_slice(&buf[..n]);
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            match response.parse(&answer) {
-                Ok(httparse::Status::Complete(_)) => return Ok(response.code.unwrap_or(0)),
-                Ok(httparse::Status::Partial) if n > 0 => {}
-                _ => return Err("not an HTTP answer".to_string()),
-            }
-        }
-    };
-    tokio::time::timeout(BAN_TIMEOUT, exchange)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {BAN_TIMEOUT:?}")))
 }
 
 #[cfg(test)]

@@ -101,7 +101,11 @@ impl<'a> Lease<'a> {
         if self.renew().await? {
             return Ok(true);
         }
-        let (key, owner, ttl) = (&self.lease_key, &self.owner, millis(self.ttl));
+        let (key, owner, ttl) = (
+            &self.lease_key,
+            &self.owner,
+            crate::timing::redis_ms(self.ttl),
+        );
         let taken: Option<String> = self
             .link
             .run(|mut conn| async move {
@@ -124,7 +128,7 @@ impl<'a> Lease<'a> {
             .script(
                 RENEW,
                 &[&self.lease_key],
-                millis(self.ttl).to_string().into_bytes(),
+                crate::timing::redis_ms(self.ttl).to_string().into_bytes(),
             )
             .await?;
         Ok(renewed == 1)
@@ -212,10 +216,6 @@ pub fn keys(prefix: &str) -> (String, String) {
         format!("musicd_watch:{{{prefix}}}:lease"),
         format!("musicd_watch:{{{prefix}}}:position"),
     )
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use super::super::AdminError;
+use crate::LoadError;
 
 /// One request from a log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,11 +39,11 @@ pub(crate) struct ReadLog {
 }
 
 /// Reads every line of the logs at `paths` (each gzip or plain), in order.
-pub(crate) fn read_logs(paths: &[impl AsRef<Path>]) -> Result<ReadLog, AdminError> {
+pub(crate) fn read_logs(paths: &[impl AsRef<Path>]) -> Result<ReadLog, LoadError> {
     let mut log = ReadLog::default();
     for path in paths {
         let path = path.as_ref();
-        let io = |source| AdminError::Io {
+        let io = |source| LoadError::Io {
             path: path.display().to_string(),
             source,
         };

@@ -12,7 +12,7 @@
 //! report gives the most that were held with stalls under 0.1 % of listener-seconds.
 //!
 //! Every listener is a task on one current-thread runtime, reading into one scratch
-//! buffer per thread ([`super::traffic::client`]): the tool's own CPU time is in the
+//! buffer per thread ([`crate::traffic::client`]): the tool's own CPU time is in the
 //! report, so it is never the unmeasured bottleneck.
 
 use std::net::SocketAddr;
@@ -25,9 +25,9 @@ use rand::{RngExt, SeedableRng};
 use rand_distr::Distribution;
 use serde::Serialize;
 
-use super::AdminError;
-use super::traffic::client::{self, Ask, ErrorKind, Flow, Outcome};
-use super::traffic::{
+use crate::LoadError;
+use crate::traffic::client::{self, Ask, ErrorKind, Flow, Outcome};
+use crate::traffic::{
     Percentiles, Recorder, Second, Summary, histogram, html, percentiles, resolve, timeline_plots,
 };
 
@@ -46,9 +46,9 @@ pub enum Probe {
 #[derive(Debug, Clone)]
 pub struct Track {
     /// Its id.
-    pub(crate) id: String,
+    pub id: String,
     /// The cosmetic name at the end of its URL.
-    pub(crate) name: String,
+    pub name: String,
 }
 
 /// How the listeners behave.
@@ -80,6 +80,9 @@ pub struct PlayersOptions {
     pub timeout: Duration,
     /// The track route prefix (`/musicdb`).
     pub prefix: String,
+    /// Open files this process may have (a listener holds one): the caller raises the
+    /// limit first, as a shell hands out only 1,024.
+    pub open_files: u64,
 }
 
 /// One step of a ramp.
@@ -216,8 +219,8 @@ impl PlayersReport {
 
 /// The tracks of an `--ids FILE`: one per line, the id first (`musicctl list` output is
 /// such a file: `id<TAB>path`).
-pub fn tracks_from_file(path: &std::path::Path) -> Result<Vec<Track>, AdminError> {
-    let text = std::fs::read_to_string(path).map_err(|source| AdminError::Io {
+pub fn tracks_from_file(path: &std::path::Path) -> Result<Vec<Track>, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: path.display().to_string(),
         source,
     })?;
@@ -239,25 +242,6 @@ pub fn tracks_from_file(path: &std::path::Path) -> Result<Vec<Track>, AdminError
             })
         })
         .collect())
-}
-
-/// The tracks of the catalogue.
-pub async fn tracks_from_catalogue(backends: &super::Backends) -> Result<Vec<Track>, AdminError> {
-    let mut tracks = Vec::new();
-    super::list::list(backends, None, |listed| {
-        let name = match &listed.path {
-            crate::catalog::StoredPath::Path(p) => std::path::Path::new(p)
-                .file_name()
-                .map_or("track".into(), |n| n.to_string_lossy().into_owned()),
-            crate::catalog::StoredPath::Invalid(_) => "track".into(),
-        };
-        tracks.push(Track {
-            id: listed.id.to_hex(),
-            name,
-        });
-    })
-    .await?;
-    Ok(tracks)
 }
 
 /// Where a run is, once a second (for a progress line).
@@ -312,22 +296,22 @@ pub async fn players(
     tracks: Vec<Track>,
     options: PlayersOptions,
     mut each_second: impl FnMut(Tick),
-) -> Result<PlayersReport, AdminError> {
+) -> Result<PlayersReport, LoadError> {
     if tracks.is_empty() {
-        return Err(AdminError::Usage(
+        return Err(LoadError::Usage(
             "no tracks to play (an empty catalogue or --ids file)".into(),
         ));
     }
     if options.listeners == 0 {
-        return Err(AdminError::Usage("--listeners must be at least 1".into()));
+        return Err(LoadError::Usage("--listeners must be at least 1".into()));
     }
     let zipf = rand_distr::Zipf::new(tracks.len() as f64, options.zipf.max(0.0))
-        .map_err(|err| AdminError::Usage(format!("--zipf {}: {err}", options.zipf)))?;
+        .map_err(|err| LoadError::Usage(format!("--zipf {}: {err}", options.zipf)))?;
     let (addr, host) = resolve(&options.target).await?;
     // A listener holds a connection: thousands need more than a shell's 1,024 descriptors.
-    let descriptors = crate::daemon::sys::raise_open_files_limit().unwrap_or(1024);
+    let descriptors = options.open_files;
     if options.listeners as u64 + 64 > descriptors {
-        return Err(AdminError::Usage(format!(
+        return Err(LoadError::Usage(format!(
             "{} listeners need more open files than this process may have ({descriptors}); raise ulimit -n",
             options.listeners
         )));

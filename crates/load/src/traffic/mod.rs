@@ -201,10 +201,8 @@ impl Recorder {
 }
 
 /// The address of `http://host[:port]` (a path is ignored), and the `Host` to ask for.
-pub(crate) async fn resolve(
-    url: &str,
-) -> Result<(std::net::SocketAddr, String), super::AdminError> {
-    let usage = || super::AdminError::Usage(format!("`{url}` is not an http://host:port URL"));
+pub(crate) async fn resolve(url: &str) -> Result<(std::net::SocketAddr, String), crate::LoadError> {
+    let usage = || crate::LoadError::Usage(format!("`{url}` is not an http://host:port URL"));
     let rest = url.strip_prefix("http://").ok_or_else(usage)?;
     let host = rest
         .split('/')
@@ -223,7 +221,7 @@ pub(crate) async fn resolve(
         .await
         .ok()
         .and_then(|mut addrs| addrs.next())
-        .ok_or_else(|| super::AdminError::Usage(format!("`{host}` does not resolve")))?;
+        .ok_or_else(|| crate::LoadError::Usage(format!("`{host}` does not resolve")))?;
     Ok((addr, host.to_string()))
 }
 

@@ -2,8 +2,9 @@
 //! stream and writes what changed into Redis.
 //!
 //! Why a module of its own and not part of [`crate::catalog`]: the follower is a background
-//! job that uses the catalogue's clients *and* the rebuild of `musicctl reindex --prune`
-//! ([`crate::admin::reindex`]); the request path never calls it.
+//! job that uses the catalogue's clients and its fenced rebuild
+//! ([`crate::catalog::rebuild`], which `musicctl reindex` runs too); the request path
+//! never calls it.
 //!
 //! How it works:
 //! * **One follower per index.** Every musicd (and `musicctl watch`) runs a [`Follower`];
@@ -46,9 +47,9 @@ use mongodb::change_stream::event::ChangeStreamEvent;
 use mongodb::change_stream::event::ResumeToken;
 use serde_json::json;
 
-use crate::admin::reindex::{self, ReindexOptions};
 use crate::catalog::backends::Backends;
 use crate::catalog::cache::FollowerWrite;
+use crate::catalog::rebuild::{self, RebuildOptions};
 use crate::config::{Config, WatchMode};
 use bans::Banner;
 use change::{IndexChange, OPERATIONS};
@@ -73,7 +74,7 @@ const HISTORY_LOST: i32 = 286;
 /// What the follower of this process is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum WatchState {
+pub(crate) enum FollowerState {
     /// Not following, by configuration or because MongoDB is not a replica set.
     Off = 0,
     /// Waiting for MongoDB or Redis to answer.
@@ -86,34 +87,36 @@ pub(crate) enum WatchState {
     Rebuilding = 4,
 }
 
-impl WatchState {
+impl FollowerState {
     /// Its name in `/readyz` and `health`.
     pub(crate) fn label(self) -> &'static str {
         match self {
-            WatchState::Off => "off",
-            WatchState::Waiting => "waiting",
-            WatchState::Standby => "standby",
-            WatchState::Following => "following",
-            WatchState::Rebuilding => "rebuilding",
+            FollowerState::Off => "off",
+            FollowerState::Waiting => "waiting",
+            FollowerState::Standby => "standby",
+            FollowerState::Following => "following",
+            FollowerState::Rebuilding => "rebuilding",
         }
     }
 
-    fn from_u8(value: u8) -> WatchState {
+    fn from_u8(value: u8) -> FollowerState {
         match value {
-            1 => WatchState::Waiting,
-            2 => WatchState::Standby,
-            3 => WatchState::Following,
-            4 => WatchState::Rebuilding,
-            _ => WatchState::Off,
+            1 => FollowerState::Waiting,
+            2 => FollowerState::Standby,
+            3 => FollowerState::Following,
+            4 => FollowerState::Rebuilding,
+            _ => FollowerState::Off,
         }
     }
 }
 
 /// The follower's state and counters, shared with `/metrics` and `/readyz`.
-pub struct WatchStatus {
+pub struct FollowerStatus {
     state: AtomicU8,
     events: [AtomicU64; OPERATIONS.len()],
     rebuilds: AtomicU64,
+    /// Interruptions, by [`FollowError::kind`].
+    interruptions: [AtomicU64; FollowError::KINDS.len()],
     /// Cluster time of the last event applied, ms since the epoch (0: none yet).
     last_event_ms: AtomicI64,
     reason: std::sync::Mutex<String>,
@@ -121,13 +124,14 @@ pub struct WatchStatus {
     bans: Banner,
 }
 
-impl WatchStatus {
+impl FollowerStatus {
     /// The status of a follower banning in `config`'s HTTP caches.
-    pub fn new(config: &Config) -> WatchStatus {
-        WatchStatus {
-            state: AtomicU8::new(WatchState::Off as u8),
+    pub fn new(config: &Config) -> FollowerStatus {
+        FollowerStatus {
+            state: AtomicU8::new(FollowerState::Off as u8),
             events: Default::default(),
             rebuilds: AtomicU64::new(0),
+            interruptions: Default::default(),
             last_event_ms: AtomicI64::new(0),
             reason: std::sync::Mutex::default(),
             bans: Banner::new(&config.ban_urls, &config.route_prefixes),
@@ -140,27 +144,31 @@ impl WatchStatus {
     }
 
     /// The current state.
-    pub(crate) fn state(&self) -> WatchState {
-        WatchState::from_u8(self.state.load(Ordering::Relaxed))
+    pub(crate) fn state(&self) -> FollowerState {
+        FollowerState::from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    fn set(&self, state: WatchState, reason: &str) {
-        let previous = WatchState::from_u8(self.state.swap(state as u8, Ordering::Relaxed));
-        if let Ok(mut current) = self.reason.lock()
-            && (previous != state || *current != reason)
-        {
+    /// Sets the state and why; whether either changed.
+    fn set(&self, state: FollowerState, reason: &str) -> bool {
+        let previous = FollowerState::from_u8(self.state.swap(state as u8, Ordering::Relaxed));
+        let Ok(mut current) = self.reason.lock() else {
+            return previous != state;
+        };
+        let changed = previous != state || *current != reason;
+        if changed {
             reason.clone_into(&mut current);
             if previous != state {
                 tracing::info!(state = state.label(), reason, "change-stream follower");
             }
         }
+        changed
     }
 
     /// Seconds between now and the last applied event's cluster time (0 before any).
     pub(crate) fn lag_seconds(&self) -> f64 {
         match self.last_event_ms.load(Ordering::Relaxed) {
             0 => 0.0,
-            ms => (now_ms() - ms).max(0) as f64 / 1000.0,
+            ms => (crate::timing::unix_ms() - ms).max(0) as f64 / 1000.0,
         }
     }
 
@@ -180,6 +188,18 @@ impl WatchStatus {
         })
     }
 
+    fn interrupted(&self, err: &FollowError) {
+        self.interruptions[err.kind()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Interruptions so far, by kind (`musicd_watch_interruptions_total`).
+    pub(crate) fn interruptions(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        FollowError::KINDS
+            .iter()
+            .zip(&self.interruptions)
+            .map(|(kind, n)| (*kind, n.load(Ordering::Relaxed)))
+    }
+
     /// Events applied so far, by operation (`musicd_watch_events_total`).
     pub(crate) fn events(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
         OPERATIONS
@@ -194,14 +214,89 @@ enum Stopped {
     /// The lease is gone (someone else follows now, or Redis lost it).
     LeaseLost,
     /// A backend failed; try again after [`RETRY`].
-    Failed(String),
+    Failed(FollowError),
+}
+
+/// Why the follower was interrupted. Each kind is counted by its [`FollowError::kind`]
+/// (`musicd_watch_interruptions_total`).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FollowError {
+    /// Redis failed under the lease or the resume point.
+    #[error("redis: {0}")]
+    Lease(#[from] lease::LeaseError),
+    /// Redis refused a write of a change.
+    #[error("redis: {0}")]
+    Cache(#[from] crate::catalog::cache::CacheError),
+    /// MongoDB failed: the stream, or the question whether it is a replica set.
+    #[error("mongodb: {0}")]
+    Mongo(#[from] mongodb::error::Error),
+    /// The rebuild of the index failed.
+    #[error("rebuild: {0}")]
+    Rebuild(#[from] rebuild::RebuildError),
+}
+
+impl FollowError {
+    /// The kinds, in the order [`FollowError::kind`] numbers them.
+    pub(crate) const KINDS: [&'static str; 3] = ["redis", "mongodb", "rebuild"];
+
+    /// Its index in [`FollowError::KINDS`].
+    fn kind(&self) -> usize {
+        match self {
+            FollowError::Lease(_) | FollowError::Cache(_) => 0,
+            FollowError::Mongo(_) => 1,
+            FollowError::Rebuild(_) => 2,
+        }
+    }
+
+    /// Whether trying again soon can mend it: every outage can; MongoDB refusing the
+    /// follower's credentials or a malformed argument cannot.
+    pub(crate) fn is_retryable(&self) -> bool {
+        let mongo = match self {
+            FollowError::Mongo(err) => err,
+            FollowError::Rebuild(rebuild::RebuildError::Mongo(err)) => err,
+            _ => return true,
+        };
+        !matches!(
+            *mongo.kind,
+            mongodb::error::ErrorKind::Authentication { .. }
+                | mongodb::error::ErrorKind::InvalidArgument { .. }
+        )
+    }
+}
+
+impl From<FollowError> for Stopped {
+    fn from(err: FollowError) -> Stopped {
+        Stopped::Failed(err)
+    }
+}
+
+impl From<mongodb::error::Error> for Stopped {
+    fn from(err: mongodb::error::Error) -> Stopped {
+        Stopped::Failed(err.into())
+    }
+}
+
+/// The state of one opened stream while it is followed.
+struct Stream {
+    reader: Reader,
+    /// Cluster time of the last event seen, ms since the epoch.
+    last_event_ms: Option<i64>,
+    /// The last event was an `invalidate`: the next stream starts after it.
+    after_invalidate: bool,
+    /// When the resume point was last saved.
+    saved: Instant,
+    /// Resume points not saved yet, each with the last ban queued before it: the newest
+    /// whose bans are safe is the one saved.
+    unsaved: VecDeque<(ResumeToken, u64)>,
+    /// When every musicd last heard that the follower is alive.
+    heartbeat: Instant,
 }
 
 /// The change-stream follower of one process.
 pub struct Follower {
     backends: Backends,
     config: Config,
-    status: Arc<WatchStatus>,
+    status: Arc<FollowerStatus>,
     owner: String,
 }
 
@@ -210,7 +305,7 @@ impl Follower {
     /// not take one from the pool serving requests).
     pub async fn new(
         config: &Config,
-        status: Arc<WatchStatus>,
+        status: Arc<FollowerStatus>,
     ) -> Result<Follower, crate::catalog::backends::BackendError> {
         Ok(Follower {
             backends: Backends::new(config).await?,
@@ -272,7 +367,7 @@ impl Follower {
         if let Err(err) = lease.release().await {
             tracing::warn!(error = %err, "could not give the change-stream lease up; it expires by itself");
         }
-        self.status.set(WatchState::Off, "stopped");
+        self.status.set(FollowerState::Off, "stopped");
     }
 
     /// One attempt: decide whether to follow, take the lease, follow until something ends
@@ -280,29 +375,27 @@ impl Follower {
     async fn round(&self, lease: &Lease<'_>) -> Option<Duration> {
         let mode = self.config.mongodb.watch;
         if mode == WatchMode::Off {
-            self.status.set(WatchState::Off, "mongodb.watch = \"off\"");
+            self.status
+                .set(FollowerState::Off, "mongodb.watch = \"off\"");
             return None;
         }
         match self.replica_set().await {
             Ok(true) => {}
             Ok(false) if mode == WatchMode::Auto => {
                 self.status.set(
-                    WatchState::Off,
+                    FollowerState::Off,
                     "MongoDB is not a replica set (change streams need one)",
                 );
                 return None;
             }
             Ok(false) => {
                 self.status.set(
-                    WatchState::Waiting,
+                    FollowerState::Waiting,
                     "mongodb.watch = \"on\" but MongoDB is not a replica set",
                 );
                 return Some(RETRY * 10);
             }
-            Err(why) => {
-                self.status.set(WatchState::Waiting, &why);
-                return Some(RETRY);
-            }
+            Err(err) => return Some(self.interrupted(err)),
         }
         match lease.acquire().await {
             Ok(true) => {
@@ -314,14 +407,10 @@ impl Follower {
             }
             Ok(false) => {
                 self.status
-                    .set(WatchState::Standby, "another process holds the lease");
+                    .set(FollowerState::Standby, "another process holds the lease");
                 return Some(self.config.mongodb.watch_lease / 3);
             }
-            Err(err) => {
-                self.status
-                    .set(WatchState::Waiting, &format!("redis: {err}"));
-                return Some(RETRY);
-            }
+            Err(err) => return Some(self.interrupted(FollowError::Lease(err))),
         }
         // Renewing runs beside following, so a slow MongoDB (an election) does not cost
         // the lease; losing the lease ends following at once.
@@ -332,14 +421,31 @@ impl Follower {
         match outcome {
             Stopped::LeaseLost => {
                 self.status
-                    .set(WatchState::Standby, "lost the lease to another process");
+                    .set(FollowerState::Standby, "lost the lease to another process");
                 Some(Duration::ZERO)
             }
-            Stopped::Failed(why) => {
+            Stopped::Failed(err) => Some(self.interrupted(err)),
+        }
+    }
+
+    /// Counts and reports a failure; the pause before trying again.
+    fn interrupted(&self, err: FollowError) -> Duration {
+        self.status.interrupted(&err);
+        let why = err.to_string();
+        // Said once per reason, however long it lasts; the metric counts every one.
+        let news = self.status.set(FollowerState::Waiting, &why);
+        if err.is_retryable() {
+            if news {
                 tracing::warn!(reason = %why, "change-stream follower interrupted; retrying");
-                self.status.set(WatchState::Waiting, &why);
-                Some(RETRY)
             }
+            RETRY
+        } else {
+            // A fault no retry mends soon (credentials, a bad argument): said louder, tried
+            // less often.
+            if news {
+                tracing::error!(reason = %why, "change-stream follower stopped; fix the cause");
+            }
+            RETRY * 10
         }
     }
 
@@ -368,6 +474,47 @@ impl Follower {
     /// Follows the stream from the saved position until a backend fails (or the caller
     /// drops this future because the lease is gone).
     async fn follow(&self, lease: &Lease<'_>) -> Stopped {
+        match self.try_follow(lease).await {
+            Ok(never) => match never {},
+            Err(stopped) => stopped,
+        }
+    }
+
+    async fn try_follow(&self, lease: &Lease<'_>) -> Result<std::convert::Infallible, Stopped> {
+        let mut stream = self.start(lease).await?;
+        loop {
+            // What the stream delivered since the last turn, waiting for it if need be: a
+            // burst of changes is written as one batch.
+            let (batch, latest, failed) = stream.reader.batch().await;
+            let mut writes = Vec::new();
+            for event in batch {
+                self.count(&event, &mut stream);
+                self.handle(event, &mut stream, &mut writes).await?;
+            }
+            self.apply_all(writes).await?;
+            if let Some(token) = latest {
+                if stream.unsaved.len() >= MAX_UNSAVED {
+                    stream.unsaved.pop_front();
+                }
+                stream.unsaved.push_back((token, self.status.bans.queued()));
+            }
+            self.heartbeat(&mut stream).await;
+            match failed {
+                None => {}
+                Some(err) if history_lost(&err) => {
+                    stream.reader = Reader::spawn(self.open(None).await?);
+                    stream.unsaved.clear();
+                    self.rebuild("the resume point fell off the oplog").await?;
+                }
+                Some(err) => return Err(FollowError::Mongo(err).into()),
+            }
+            self.save_if_due(lease, &mut stream).await?;
+        }
+    }
+
+    /// Opens the stream from the saved position and, without a usable one, rebuilds the
+    /// index once, after opening: nothing made before or during the rebuild is missed.
+    async fn start(&self, lease: &Lease<'_>) -> Result<Stream, Stopped> {
         let (position, unreadable) = match lease.position().await {
             Ok(position) => (position, false),
             // Written by a version that stored it differently: start at the present and
@@ -376,21 +523,16 @@ impl Follower {
                 tracing::warn!(error = %err, "ignoring the saved resume point");
                 (None, true)
             }
-            Err(err) => return Stopped::Failed(format!("redis: {err}")),
+            Err(err) => return Err(FollowError::Lease(err).into()),
         };
-        let mut last_event_ms = position.as_ref().and_then(|p| p.last_event_ms);
-        let (stream, lost) = match self.open(position.as_ref()).await {
-            Ok(stream) => (stream, false),
-            Err(err) if history_lost(&err) => match self.open(None).await {
-                Ok(stream) => (stream, true),
-                Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
-            },
-            Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
+        let (opened, lost) = match self.open(position.as_ref()).await {
+            Ok(opened) => (opened, false),
+            Err(err) if history_lost(&err) => (self.open(None).await?, true),
+            Err(err) => return Err(FollowError::Mongo(err).into()),
         };
         // Without a usable resume point nobody knows what changed before the stream was
-        // opened (since `reindex`, since an id was cached, since the lease was taken), so
-        // the index is rebuilt once, after opening: nothing made before or during the
-        // rebuild is missed. `Following` is said only when that is true.
+        // opened (since `reindex`, since an id was cached, since the lease was taken).
+        // `Following` is said only when nothing was missed.
         let why = if lost {
             Some("the resume point fell off the oplog")
         } else if unreadable {
@@ -401,138 +543,119 @@ impl Follower {
             None
         };
         match why {
-            Some(why) => {
-                if let Err(failed) = self.rebuild(why).await {
-                    return Stopped::Failed(failed);
-                }
+            Some(why) => self.rebuild(why).await?,
+            None => {
+                self.status
+                    .set(FollowerState::Following, "resumed from the saved position");
             }
-            None => self
-                .status
-                .set(WatchState::Following, "resumed from the saved position"),
         }
-        let mut saved = Instant::now();
-        let mut after_invalidate = false;
-        let mut reader = Reader::spawn(stream);
-        // Resume points not saved yet, each with the last ban queued before it: the newest
-        // whose bans are safe is the one saved.
-        let mut unsaved: VecDeque<(ResumeToken, u64)> = VecDeque::new();
-        let mut heartbeat = Instant::now();
-        loop {
-            // What the stream delivered since the last turn, waiting for it if need be: a
-            // burst of changes is written as one batch.
-            let (batch, latest, failed) = reader.batch().await;
-            let mut writes = Vec::new();
-            for event in batch {
-                let index = usize::from(change::operation_index(&event.operation_type));
-                self.status.events[index].fetch_add(1, Ordering::Relaxed);
-                if let Some(time) = event.cluster_time {
-                    let ms = i64::from(time.time) * 1000;
-                    last_event_ms = Some(ms);
-                    self.status.last_event_ms.store(ms, Ordering::Relaxed);
-                }
-                match change::index_change(&event, self.backends.store.path_field()) {
-                    IndexChange::Nothing => {}
-                    IndexChange::Rebuild => {
-                        if let Err(why) = self.apply_all(std::mem::take(&mut writes)).await {
-                            return Stopped::Failed(why);
-                        }
-                        if let Err(why) =
-                            self.rebuild("the collection was dropped or renamed").await
-                        {
-                            return Stopped::Failed(why);
-                        }
-                    }
-                    IndexChange::Invalidated => {
-                        if let Err(why) = self.apply_all(std::mem::take(&mut writes)).await {
-                            return Stopped::Failed(why);
-                        }
-                        // The stream is over; the next one starts right after this
-                        // event, and the rebuild covers whatever the collection is now.
-                        let position = Position {
-                            token: event.id.clone(),
-                            after_invalidate: true,
-                            owner: self.owner.clone(),
-                            saved_ms: now_ms(),
-                            last_event_ms,
-                        };
-                        match self.open(Some(&position)).await {
-                            Ok(next) => reader = Reader::spawn(next),
-                            Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
-                        }
-                        unsaved.clear();
-                        unsaved.push_back((event.id.clone(), self.status.bans.queued()));
-                        if let Err(why) = self.rebuild("the stream was invalidated").await {
-                            return Stopped::Failed(why);
-                        }
-                        after_invalidate = true;
-                    }
-                    write => {
-                        writes.push((write, event.cluster_time));
-                        after_invalidate = false;
-                    }
-                }
+        Ok(Stream {
+            reader: Reader::spawn(opened),
+            last_event_ms: position.as_ref().and_then(|p| p.last_event_ms),
+            after_invalidate: false,
+            saved: Instant::now(),
+            unsaved: VecDeque::new(),
+            heartbeat: Instant::now(),
+        })
+    }
+
+    /// Counts an event by operation and notes its cluster time.
+    fn count(&self, event: &Event, stream: &mut Stream) {
+        let index = usize::from(change::operation_index(&event.operation_type));
+        self.status.events[index].fetch_add(1, Ordering::Relaxed);
+        if let Some(time) = event.cluster_time {
+            let ms = i64::from(time.time) * 1000;
+            stream.last_event_ms = Some(ms);
+            self.status.last_event_ms.store(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// What one event does ([`change::index_change`]): a write joins the batch; a rebuild
+    /// or an invalidation first writes the batch so far, in stream order.
+    async fn handle(
+        &self,
+        event: Event,
+        stream: &mut Stream,
+        writes: &mut Vec<(IndexChange, Option<Timestamp>)>,
+    ) -> Result<(), Stopped> {
+        match change::index_change(&event, self.backends.store.path_field()) {
+            IndexChange::Nothing => {}
+            IndexChange::Rebuild => {
+                self.apply_all(std::mem::take(writes)).await?;
+                self.rebuild("the collection was dropped or renamed")
+                    .await?;
             }
-            if let Err(why) = self.apply_all(writes).await {
-                return Stopped::Failed(why);
-            }
-            if let Some(token) = latest {
-                if unsaved.len() >= MAX_UNSAVED {
-                    unsaved.pop_front();
-                }
-                unsaved.push_back((token, self.status.bans.queued()));
-            }
-            if heartbeat.elapsed() >= crate::catalog::evictions::HEARTBEAT_EVERY {
-                heartbeat = Instant::now();
-                if let Err(err) = crate::catalog::evictions::heartbeat(
-                    self.backends.cache.link(),
-                    self.backends.cache.prefix(),
-                )
-                .await
-                {
-                    tracing::debug!(error = %err, "eviction heartbeat not published");
-                }
-            }
-            match failed {
-                None => {}
-                Some(err) if history_lost(&err) => {
-                    match self.open(None).await {
-                        Ok(next) => reader = Reader::spawn(next),
-                        Err(err) => return Stopped::Failed(format!("mongodb: {err}")),
-                    }
-                    unsaved.clear();
-                    if let Err(why) = self.rebuild("the resume point fell off the oplog").await {
-                        return Stopped::Failed(why);
-                    }
-                }
-                Some(err) => return Stopped::Failed(format!("mongodb: {err}")),
-            }
-            // Saved only once the bans of every change before it are safe (sent, or kept
-            // in Redis): a successor replays and bans whatever came after.
-            let mut settled = || {
-                let newest = unsaved
-                    .iter()
-                    .rposition(|(_, seq)| self.status.bans.settled(*seq))?;
-                let token = unsaved.get(newest).map(|(token, _)| token.clone());
-                unsaved.drain(..newest);
-                token
-            };
-            if saved.elapsed() >= SAVE_EVERY
-                && let Some(token) = settled()
-            {
+            IndexChange::Invalidated => {
+                self.apply_all(std::mem::take(writes)).await?;
+                // The stream is over; the next one starts right after this event, and the
+                // rebuild covers whatever the collection is now.
                 let position = Position {
-                    token,
-                    after_invalidate,
+                    token: event.id.clone(),
+                    after_invalidate: true,
                     owner: self.owner.clone(),
-                    saved_ms: now_ms(),
-                    last_event_ms,
+                    saved_ms: crate::timing::unix_ms(),
+                    last_event_ms: stream.last_event_ms,
                 };
-                match lease.save(&position).await {
-                    Ok(true) => saved = Instant::now(),
-                    Ok(false) => return Stopped::LeaseLost,
-                    Err(err) => return Stopped::Failed(format!("redis: {err}")),
-                }
+                stream.reader = Reader::spawn(self.open(Some(&position)).await?);
+                stream.unsaved.clear();
+                stream
+                    .unsaved
+                    .push_back((event.id.clone(), self.status.bans.queued()));
+                self.rebuild("the stream was invalidated").await?;
+                stream.after_invalidate = true;
+            }
+            write => {
+                writes.push((write, event.cluster_time));
+                stream.after_invalidate = false;
             }
         }
+        Ok(())
+    }
+
+    /// Tells every musicd that the follower is alive, at most every
+    /// [`crate::catalog::evictions::HEARTBEAT_EVERY`].
+    async fn heartbeat(&self, stream: &mut Stream) {
+        if stream.heartbeat.elapsed() < crate::catalog::evictions::HEARTBEAT_EVERY {
+            return;
+        }
+        stream.heartbeat = Instant::now();
+        let cache = &self.backends.cache;
+        if let Err(err) = crate::catalog::evictions::heartbeat(cache.link(), cache.prefix()).await {
+            tracing::debug!(error = %err, "eviction heartbeat not published");
+        }
+    }
+
+    /// Saves the newest resume point whose changes' bans are all safe (sent, or kept in
+    /// Redis), at most every [`SAVE_EVERY`]: a successor replays and bans whatever came
+    /// after.
+    async fn save_if_due(&self, lease: &Lease<'_>, stream: &mut Stream) -> Result<(), Stopped> {
+        if stream.saved.elapsed() < SAVE_EVERY {
+            return Ok(());
+        }
+        let Some(newest) = stream
+            .unsaved
+            .iter()
+            .rposition(|(_, seq)| self.status.bans.settled(*seq))
+        else {
+            return Ok(());
+        };
+        let Some(token) = stream.unsaved.get(newest).map(|(token, _)| token.clone()) else {
+            return Ok(());
+        };
+        stream.unsaved.drain(..newest);
+        let position = Position {
+            token,
+            after_invalidate: stream.after_invalidate,
+            owner: self.owner.clone(),
+            saved_ms: crate::timing::unix_ms(),
+            last_event_ms: stream.last_event_ms,
+        };
+        match lease.save(&position).await {
+            Ok(true) => stream.saved = Instant::now(),
+            Ok(false) => return Err(Stopped::LeaseLost),
+            Err(err) => return Err(FollowError::Lease(err).into()),
+        }
+        Ok(())
     }
 
     async fn open(
@@ -557,7 +680,10 @@ impl Follower {
     /// connection keeps the order in which they were sent, so each key still sees its
     /// changes in order), then queues their bans. Any failure fails the whole batch: the
     /// position is not saved past it, and a successor replays it.
-    async fn apply_all(&self, writes: Vec<(IndexChange, Option<Timestamp>)>) -> Result<(), String> {
+    async fn apply_all(
+        &self,
+        writes: Vec<(IndexChange, Option<Timestamp>)>,
+    ) -> Result<(), FollowError> {
         if writes.is_empty() {
             return Ok(());
         }
@@ -581,7 +707,7 @@ impl Follower {
             match result {
                 Ok(true) => {}
                 Ok(false) => refused += 1,
-                Err(err) => return Err(format!("redis: {err}")),
+                Err(err) => return Err(FollowError::Cache(err)),
             }
         }
         if refused > 0 {
@@ -613,23 +739,22 @@ impl Follower {
     }
 
     /// `reindex --prune`, while the stream waits: changes made meanwhile are applied after.
-    async fn rebuild(&self, why: &str) -> Result<(), String> {
-        self.status.set(WatchState::Rebuilding, why);
+    async fn rebuild(&self, why: &str) -> Result<(), FollowError> {
+        self.status.set(FollowerState::Rebuilding, why);
         tracing::warn!(reason = why, "change-stream follower: rebuilding the index");
-        let options = ReindexOptions {
+        let options = RebuildOptions {
             dry_run: false,
             prune: true,
             batch: 1000,
         };
-        let report = reindex::reindex(
+        let report = rebuild::rebuild(
             &self.backends,
             &self.config.redis.target,
             self.config.redis.batch_timeout(),
             &options,
             |_| {},
         )
-        .await
-        .map_err(|e| format!("rebuild: {e}"))?;
+        .await?;
         self.status.rebuilds.fetch_add(1, Ordering::Relaxed);
         // Anything may have changed: every cache in front and in every musicd forgets all.
         self.status.bans.queue_everything();
@@ -650,19 +775,18 @@ impl Follower {
             "change-stream follower: index rebuilt"
         );
         self.status
-            .set(WatchState::Following, "following after a rebuild");
+            .set(FollowerState::Following, "following after a rebuild");
         Ok(())
     }
 
-    async fn replica_set(&self) -> Result<bool, String> {
+    async fn replica_set(&self) -> Result<bool, FollowError> {
         let hello = self
             .backends
             .store
             .client()
             .database("admin")
             .run_command(doc! { "hello": 1 })
-            .await
-            .map_err(|e| format!("mongodb: {e}"))?;
+            .await?;
         Ok(hello.get_str("setName").is_ok())
     }
 }
@@ -778,12 +902,4 @@ fn owner_id() -> String {
         std::process::id(),
         rand::random::<u32>()
     )
-}
-
-/// Milliseconds since the epoch, as the saved position counts them.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

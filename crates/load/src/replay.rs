@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::AdminError;
-use super::traffic::client::{self, Ask, Flow, Outcome};
-use super::traffic::log::{Logged, read_logs};
-use super::traffic::{Recorder, Second, Summary, html, status_class, timeline_plots};
+use crate::LoadError;
+use crate::traffic::client::{self, Ask, Flow, Outcome};
+use crate::traffic::log::{Logged, read_logs};
+use crate::traffic::{Recorder, Second, Summary, html, status_class, timeline_plots};
 
 /// How fast to replay.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -84,7 +84,7 @@ pub struct ReplayReport {
     pub(crate) summary: Summary,
     /// Time to first byte of the first request for each track (the target's): what a
     /// cold cache costs a listener.
-    pub(crate) first_play_ttfb_ms: super::traffic::Percentiles,
+    pub(crate) first_play_ttfb_ms: crate::traffic::Percentiles,
     /// The statuses the log recorded for the requests replayed, by class.
     pub(crate) log_statuses: BTreeMap<String, u64>,
     /// Log lines not replayed: not a track request, not GET or HEAD, or unreadable.
@@ -188,21 +188,8 @@ pub async fn replay(
     paths: &[std::path::PathBuf],
     options: &ReplayOptions,
     mut progress: impl FnMut(u64, u64),
-) -> Result<ReplayReport, AdminError> {
-    let log = read_logs(paths)?;
-    let mut skipped = log.skipped;
-    let mut requests: Vec<Logged> = Vec::with_capacity(log.requests.len());
-    for request in log.requests {
-        let replayable = (request.method == "GET" || request.method == "HEAD")
-            && track_id(&options.prefixes, &request.target).is_some();
-        if replayable {
-            requests.push(request);
-        } else {
-            skipped += 1;
-        }
-    }
-    // Several logs (or a log of several processes) interleave: replay in time order.
-    requests.sort_by_key(|r| r.at_ms);
+) -> Result<ReplayReport, LoadError> {
+    let (requests, skipped) = replayable(paths, &options.prefixes)?;
     let mut log_statuses = BTreeMap::new();
     for request in &requests {
         *log_statuses
@@ -235,7 +222,7 @@ pub async fn replay(
         .map(|r| seen.insert(track_id(&options.prefixes, &r.target)))
         .collect();
     drop(seen);
-    let mut first_play_ttfb = super::traffic::histogram();
+    let mut first_play_ttfb = crate::traffic::histogram();
     let mut finished = 0u64;
     let mut next = 0usize;
     while next < requests.len() || finished < total {
@@ -302,7 +289,7 @@ pub async fn replay(
     let [target_recorder, against_recorder] = recorders;
     let mut report = ReplayReport {
         summary: target_recorder.summary(),
-        first_play_ttfb_ms: super::traffic::percentiles(&first_play_ttfb),
+        first_play_ttfb_ms: crate::traffic::percentiles(&first_play_ttfb),
         log_statuses,
         skipped_lines: skipped,
         against: None,
@@ -311,22 +298,7 @@ pub async fn replay(
         timelines: vec![("target".into(), target_recorder.timeline())],
     };
     if options.against.is_some() {
-        let mut differences = Vec::new();
-        let mut differing = 0;
-        for (request, [ours, theirs]) in requests.iter().zip(&statuses) {
-            let (ours, theirs) = (ours.unwrap_or(0), theirs.unwrap_or(0));
-            if ours / 100 != theirs / 100 {
-                differing += 1;
-                if differences.len() < 100 {
-                    differences.push(Difference {
-                        id: track_id(&options.prefixes, &request.target).unwrap_or_default(),
-                        target: request.target.clone(),
-                        status: ours,
-                        against: theirs,
-                    });
-                }
-            }
-        }
+        let (differences, differing) = differences(&requests, &statuses, &options.prefixes);
         report.against = Some(against_recorder.summary());
         report
             .timelines
@@ -337,6 +309,54 @@ pub async fn replay(
     Ok(report)
 }
 
+/// The track requests of the logs (GET and HEAD), in time order, and how many lines were
+/// skipped.
+fn replayable(
+    paths: &[std::path::PathBuf],
+    prefixes: &[String],
+) -> Result<(Vec<Logged>, u64), LoadError> {
+    let log = read_logs(paths)?;
+    let mut skipped = log.skipped;
+    let mut requests: Vec<Logged> = Vec::with_capacity(log.requests.len());
+    for request in log.requests {
+        let replayable = (request.method == "GET" || request.method == "HEAD")
+            && track_id(prefixes, &request.target).is_some();
+        if replayable {
+            requests.push(request);
+        } else {
+            skipped += 1;
+        }
+    }
+    // Several logs (or a log of several processes) interleave: replay in time order.
+    requests.sort_by_key(|r| r.at_ms);
+    Ok((requests, skipped))
+}
+
+/// The requests whose two answers differ in status class: the first 100, and how many.
+fn differences(
+    requests: &[Logged],
+    statuses: &[[Option<u16>; 2]],
+    prefixes: &[String],
+) -> (Vec<Difference>, u64) {
+    let mut differences = Vec::new();
+    let mut differing = 0;
+    for (request, [ours, theirs]) in requests.iter().zip(statuses) {
+        let (ours, theirs) = (ours.unwrap_or(0), theirs.unwrap_or(0));
+        if ours / 100 != theirs / 100 {
+            differing += 1;
+            if differences.len() < 100 {
+                differences.push(Difference {
+                    id: track_id(prefixes, &request.target).unwrap_or_default(),
+                    target: request.target.clone(),
+                    status: ours,
+                    against: theirs,
+                });
+            }
+        }
+    }
+    (differences, differing)
+}
+
 /// A service to send to: its address and the `Host` it is asked for.
 #[derive(Debug, Clone)]
 struct Service {
@@ -345,8 +365,8 @@ struct Service {
 }
 
 impl Service {
-    async fn resolve(url: &str) -> Result<Service, AdminError> {
-        let (addr, host) = super::traffic::resolve(url).await?;
+    async fn resolve(url: &str) -> Result<Service, LoadError> {
+        let (addr, host) = crate::traffic::resolve(url).await?;
         Ok(Service { addr, host })
     }
 }
