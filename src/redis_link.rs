@@ -124,6 +124,8 @@ pub(crate) struct RedisLink {
     last_failure: std::sync::Mutex<(String, bool)>,
     /// Commands that failed (for metrics).
     errors: AtomicU64,
+    /// Whether any command ever succeeded (a wrong address never does).
+    answered: AtomicBool,
 }
 
 impl RedisLink {
@@ -151,7 +153,13 @@ impl RedisLink {
             up: AtomicBool::new(true),
             last_failure: std::sync::Mutex::new((String::new(), false)),
             errors: AtomicU64::new(0),
+            answered: AtomicBool::new(false),
         })
+    }
+
+    /// Whether Redis has answered a command since this link was made.
+    pub(crate) fn has_answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
     }
 
     /// Commands that failed since start (unreachable, timed out, or refused).
@@ -180,6 +188,7 @@ impl RedisLink {
         let connection = self.connection().await?;
         match tokio::time::timeout(self.timeout, command(connection)).await {
             Ok(Ok(value)) => {
+                self.answered.store(true, Ordering::Relaxed);
                 self.mark_up();
                 Ok(value)
             }

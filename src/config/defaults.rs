@@ -5,6 +5,8 @@
 pub(crate) const LISTEN: &str = "127.0.0.1:23001";
 /// Default of `media_roots` (one root).
 pub(crate) const MEDIA_ROOT: &str = "/srv/music";
+/// Default of `shutdown.drain_delay`: stop accepting at once, as before the setting.
+pub(crate) const SHUTDOWN_DRAIN_DELAY: &str = "0s";
 /// Default of `route_prefixes`.
 pub(crate) const ROUTE_PREFIXES: [&str; 2] = ["/musicdb", "/stream/musicdb"];
 /// Default of `accel_location`.

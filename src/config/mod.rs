@@ -174,6 +174,8 @@ pub struct Config {
     pub(crate) cors: CorsConfig,
     /// HTTP caches in front (varnish) that `musicctl purge` bans in too: `http://host:port`.
     pub ban_urls: Vec<String>,
+    /// How a stop is taken.
+    pub shutdown: ShutdownConfig,
     /// `MUSICD_*` environment variables that name no key (ignored; warned about at start).
     pub(crate) ignored_env: Vec<String>,
 }
@@ -220,6 +222,15 @@ pub(crate) struct CacheConfig {
     pub(crate) open_files: usize,
     /// inotify watches the file cache may hold to skip the per-turn `stat` (0: none).
     pub(crate) file_watches: usize,
+}
+
+/// How `musicd run` stops on SIGTERM.
+#[derive(Debug, Clone)]
+pub struct ShutdownConfig {
+    /// How long to keep accepting and serving after the first SIGTERM, with `/readyz`
+    /// answering 503 `draining`, before the listeners close: the time a load balancer or
+    /// a scheduler takes to stop sending new connections. Zero: close at once.
+    pub drain_delay: Duration,
 }
 
 /// How `musicd start` supervises the server.
@@ -675,6 +686,7 @@ mod tests {
             ("signing.", "[signing]\nzz_probe = 1"),
             ("cors.", "[cors]\nzz_probe = 1"),
             ("http_caches.", "[http_caches]\nzz_probe = 1"),
+            ("shutdown.", "[shutdown]\nzz_probe = 1"),
         ] {
             for key in known_keys(probe) {
                 let key = format!("{table_name}{key}");
@@ -689,6 +701,7 @@ mod tests {
                         | "signing"
                         | "cors"
                         | "http_caches"
+                        | "shutdown"
                 ) {
                     continue;
                 }

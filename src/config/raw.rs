@@ -45,6 +45,22 @@ pub(super) struct RawConfig {
     pub(super) cors: RawCors,
     #[serde(default)]
     pub(super) http_caches: RawHttpCaches,
+    #[serde(default)]
+    pub(super) shutdown: RawShutdown,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShutdown {
+    pub(super) drain_delay: Option<RawDuration>,
+}
+
+/// A duration as a number of seconds or a text such as `"5s"` or `"1m 30s"`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawDuration {
+    Secs(u64),
+    Text(String),
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -17,6 +17,7 @@ pub(super) const TABLES: &[&str] = &[
     "signing",
     "cors",
     "http_caches",
+    "shutdown",
 ];
 
 /// Where the configuration comes from; see [`super::Config::load`].

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::defaults::*;
 use super::raw::{
-    RawAccessLog, RawCache, RawConfig, RawCors, RawDaemon, RawLimits, RawMongo, RawRedis,
-    RawSigning,
+    RawAccessLog, RawCache, RawConfig, RawCors, RawDaemon, RawDuration, RawLimits, RawMongo,
+    RawRedis, RawSigning,
 };
 use super::*;
 
@@ -50,6 +50,7 @@ impl RawConfig {
         let signing = self.signing.validate(err_at)?;
         let cors = self.cors.validate(err_at)?;
         let ops_listen = ops_listen(self.ops_listen.as_deref(), listen, err_at)?;
+        let shutdown = shutdown(self.shutdown.drain_delay, err_at)?;
         Ok(Config {
             listen,
             ops_listen,
@@ -78,6 +79,7 @@ impl RawConfig {
             signing,
             cors,
             ban_urls: ban_urls(self.http_caches.ban_urls, err_at)?,
+            shutdown,
             ignored_env: Vec::new(),
         })
     }
@@ -512,6 +514,44 @@ fn ops_listen(
     }
 
     Ok(ops_listen)
+}
+
+fn shutdown(
+    drain_delay: Option<RawDuration>,
+    err_at: ErrAt<'_>,
+) -> Result<ShutdownConfig, ConfigError> {
+    let text = match drain_delay {
+        // A bare number is seconds, as the `_secs` keys.
+        Some(RawDuration::Secs(secs)) => {
+            return shutdown_within_bounds(Duration::from_secs(secs), err_at);
+        }
+        Some(RawDuration::Text(text)) => text,
+        None => SHUTDOWN_DRAIN_DELAY.into(),
+    };
+    let parsed = match text.trim().parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(text.trim()),
+    };
+    let drain_delay = parsed.map_err(|e| {
+        err_at(
+            "shutdown.drain_delay",
+            format!("`{text}` is not a duration like \"5s\": {e}"),
+        )
+    })?;
+    shutdown_within_bounds(drain_delay, err_at)
+}
+
+fn shutdown_within_bounds(
+    drain_delay: Duration,
+    err_at: ErrAt<'_>,
+) -> Result<ShutdownConfig, ConfigError> {
+    if drain_delay > Duration::from_secs(3600) {
+        return Err(err_at(
+            "shutdown.drain_delay",
+            "must be at most an hour".into(),
+        ));
+    }
+    Ok(ShutdownConfig { drain_delay })
 }
 
 fn ban_urls(urls: Option<Vec<String>>, err_at: ErrAt<'_>) -> Result<Vec<String>, ConfigError> {

@@ -282,8 +282,10 @@ async fn serve_until_stopped(
         });
     }
     tokio::spawn(other_signals(options.log_file.clone(), access_log));
-    let stop = async {
-        stop_signal().await;
+    let draining = Arc::clone(&server.state().draining);
+    let drain_delay = config.shutdown.drain_delay;
+    let stop = async move {
+        drained(&draining, drain_delay).await;
         notify::stopping();
     };
     let listeners = Listeners {
@@ -330,6 +332,52 @@ async fn other_signals(
             }
             _ = hup.recv() => tracing::info!("SIGHUP ignored by the worker: use `musicd restart` (or systemctl restart)"),
         }
+    }
+}
+
+/// What asked the process to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopSignal {
+    Term,
+    Int,
+}
+
+/// Completes when the listeners should close. At once on SIGINT, or on SIGTERM without a
+/// drain delay. With one, the first SIGTERM sets `draining` (`/readyz` answers 503) and
+/// serving goes on for `delay`, the time a load balancer takes to stop sending new
+/// connections; a second SIGTERM or a SIGINT cuts it short. `musicd restart` hands its
+/// socket over and stops the old worker with SIGINT: nothing to drain there.
+async fn drained(draining: &std::sync::atomic::AtomicBool, delay: Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    let first = tokio::select! {
+        _ = term.recv() => StopSignal::Term,
+        _ = int.recv() => StopSignal::Int,
+    };
+    if first == StopSignal::Int || delay.is_zero() {
+        let name = match first {
+            StopSignal::Term => "SIGTERM",
+            StopSignal::Int => "SIGINT",
+        };
+        tracing::info!("{name}: stopping gracefully");
+        return;
+    }
+    draining.store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        "draining for {}: /readyz answers 503, new connections are still served",
+        humantime::format_duration(delay)
+    );
+    notify::status("draining");
+    tokio::select! {
+        () = tokio::time::sleep(delay) => tracing::info!("drained: stopping gracefully"),
+        _ = term.recv() => tracing::info!("a second SIGTERM: stopping gracefully now"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping gracefully now"),
     }
 }
 

@@ -379,7 +379,10 @@ impl Supervisor {
                     if worker.role == Role::Current {
                         worker.role = Role::Draining;
                         worker.kill_at = Some(stop_by);
-                        let _ = sys::kill(worker.pid, libc::SIGTERM);
+                        // SIGINT: the replacement already accepts on the same socket, so
+                        // the old worker skips `shutdown.drain_delay` and only finishes
+                        // what it has.
+                        let _ = sys::kill(worker.pid, libc::SIGINT);
                         tracing::info!(pid = worker.pid, "draining replaced worker");
                     }
                 }

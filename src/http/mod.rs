@@ -76,6 +76,9 @@ pub(crate) struct AppState {
     pub(crate) follower: Arc<crate::follow::FollowerStatus>,
     /// The subscription to pushed evictions, for `/readyz` and `/metrics`.
     pub(crate) evictions: Arc<crate::catalog::evictions::EvictionStatus>,
+    /// Set on the first SIGTERM of a drain (`shutdown.drain_delay`): `/readyz` answers 503
+    /// `draining` while every listener still accepts and serves.
+    pub(crate) draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -111,6 +114,7 @@ impl AppState {
             access: Arc::new(access::AccessRules::from_config(config)),
             follower: Arc::new(crate::follow::FollowerStatus::new(config)),
             evictions: Arc::default(),
+            draining: Arc::default(),
         })
     }
 }

@@ -4,7 +4,12 @@
 //! musicd then still serves every track (from MongoDB), so a load balancer must keep
 //! sending it traffic; taking every instance out because the shared cache died would turn a
 //! slowdown into an outage. It is 503 when MongoDB is down, because unknown-to-Redis ids
-//! then fail.
+//! then fail. Until Redis has answered once since the start, a Redis that does not answer
+//! is 503 too (`"status": "unavailable"`, its error named): a new instance with a wrong
+//! address must not join the pool, while a running one that loses Redis stays in it. While
+//! musicd drains before a stop (`shutdown.drain_delay`) it is 503 with
+//! `"status": "draining"`, and `/healthz` stays 200: a liveness probe must not kill a
+//! process that is finishing its work.
 
 use std::time::Duration;
 
@@ -100,12 +105,26 @@ pub(crate) async fn readiness(state: &AppState) -> Readiness {
 /// `GET /readyz`.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let readiness = readiness(&state).await;
-    let code = if readiness.mongodb.is_ok() {
+    // Draining: still serving, but a load balancer should send new connections elsewhere.
+    let draining = state.draining.load(std::sync::atomic::Ordering::Relaxed);
+    // Until Redis has answered once, a Redis that does not answer is a wrong address as
+    // likely as an outage.
+    let redis_never_answered =
+        readiness.redis.is_err() && !state.resolver.cache().link().has_answered();
+    let code = if readiness.mongodb.is_ok() && !draining && !redis_never_answered {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     let mut body = readiness.to_json();
+    if redis_never_answered {
+        body["status"] = json!("unavailable");
+        body["reason"] =
+            json!("redis has not answered since musicd started: check redis.url or redis.cluster");
+    }
+    if draining {
+        body["status"] = json!("draining");
+    }
     // Shown, not judged: a standby or a stopped follower does not make serving unready.
     body["watch"] = state.follower.to_json();
     body["evictions"] = state.evictions.to_json();

@@ -13,6 +13,7 @@ mod boundaries;
 mod conformance;
 mod deploy;
 mod docs;
+mod drain;
 mod faults;
 mod fleet;
 mod health_reindex;

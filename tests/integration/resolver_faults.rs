@@ -310,3 +310,40 @@ async fn a_hung_redis_is_waited_for_once_not_per_request() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A Redis that never answered since the start (a wrong address, or not up yet) keeps a new
+/// musicd out of the pool: `/readyz` is 503 naming Redis. Once Redis has answered, losing it
+/// only degrades: the instance keeps serving from MongoDB and stays ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_never_reached_is_not_ready_and_one_lost_later_is_degraded() {
+    let mut redis = Server::redis();
+    redis.kill();
+    let env = TestEnv::with(&redis.redis_url(), &shared_mongo().mongo_uri(), &[]).await;
+    let server = env.musicd().await;
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["status"], "unavailable", "{body}");
+    assert!(
+        body["reason"].as_str().is_some_and(|r| r.contains("redis")),
+        "{body}"
+    );
+    assert_eq!(body["redis"]["ok"], false, "{body}");
+
+    redis.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, body) = readyz(&server).await;
+        if status == StatusCode::OK {
+            assert_eq!(body["status"], "ready", "{body}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    redis.kill();
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "degraded", "{body}");
+    server.shutdown().await;
+}
