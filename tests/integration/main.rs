@@ -19,6 +19,7 @@ mod fleet;
 mod health_reindex;
 mod history;
 mod http_contract;
+mod image;
 mod limits;
 mod nginx;
 mod package;
