@@ -28,6 +28,7 @@ mod purge;
 mod regression;
 mod replay;
 mod resolver_faults;
+mod rollout;
 mod supervisor;
 mod truth;
 mod varnish;
