@@ -313,7 +313,9 @@ async fn every_planted_finding_is_reported_with_its_kind_and_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_its_user_cannot_open_is_unreadable() {
     use std::os::unix::fs::PermissionsExt;
-    let env = TestEnv::new().await;
+    // Run as `nobody` when root: its world must be where `nobody` can reach it, whatever
+    // directory the checkout sits in (a regression: under a 0700 clone this failed).
+    let env = TestEnv::open_to_all().await;
     let dir = media(&env).join("locked");
     clean_files(&dir);
     let imported = import(&env, &media(&env));
@@ -334,10 +336,14 @@ async fn a_file_its_user_cannot_open_is_unreadable() {
         }
         std::fs::set_permissions(&env.config_file, std::fs::Permissions::from_mode(0o644))
             .expect("chmod");
+        // The binary too: target/ is inside the checkout.
+        let musicctl = env.dir.path().join("musicctl");
+        std::fs::copy(crate::harness::bin("musicctl"), &musicctl).expect("copy musicctl");
+        std::fs::set_permissions(&musicctl, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         let mut command = Command::new("setpriv");
         command
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(crate::harness::bin("musicctl"));
+            .arg(&musicctl);
         command
     } else {
         Command::new(crate::harness::bin("musicctl"))

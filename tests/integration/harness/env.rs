@@ -44,6 +44,22 @@ impl TestEnv {
         .await
     }
 
+    /// A world whose directory every user can reach (under `/tmp`, mode 0755), for a test
+    /// that runs a program as another user: the checkout may sit under a directory only
+    /// root enters (`/root`, or a `mktemp -d`), where `nobody` reaches nothing.
+    pub async fn open_to_all() -> TestEnv {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("musicd-open-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let redis_url = shared_redis().redis_url();
+        let line = format!("url = \"{redis_url}\"");
+        TestEnv::with_redis_in(dir, &line, &redis_url, &shared_mongo().mongo_uri(), &[]).await
+    }
+
     /// A world over the shared servers with `key=value` config overrides (as `--set`).
     pub async fn shared_with(overrides: &[&str]) -> TestEnv {
         TestEnv::with(
@@ -98,7 +114,16 @@ impl TestEnv {
         mongo_uri: &str,
         overrides: &[&str],
     ) -> TestEnv {
-        let dir = tempdir();
+        TestEnv::with_redis_in(tempdir(), redis_line, redis_url, mongo_uri, overrides).await
+    }
+
+    async fn with_redis_in(
+        dir: tempfile::TempDir,
+        redis_line: &str,
+        redis_url: &str,
+        mongo_uri: &str,
+        overrides: &[&str],
+    ) -> TestEnv {
         let media = dir.path().join("media");
         std::fs::create_dir_all(&media).expect("media dir");
         let media = std::fs::canonicalize(&media).expect("canonical media");
