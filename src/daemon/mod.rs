@@ -383,16 +383,5 @@ async fn drained(draining: &std::sync::atomic::AtomicBool, delay: Duration) {
 
 /// Completes on the first SIGTERM or SIGINT.
 pub async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping gracefully"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping gracefully"),
-    }
+    drained(&std::sync::atomic::AtomicBool::new(false), Duration::ZERO).await;
 }

@@ -28,29 +28,10 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 
     // A slow download in flight when SIGTERM arrives still completes.
-    let mut download = http_get(&url).await;
-    let mut received = download
-        .chunk()
-        .await
-        .expect("chunk")
-        .map_or(0, |c| c.len());
+    let (download, received) = crate::harness::start_download(&url).await;
     daemon.signal(libc::SIGTERM);
-    // Stopped accepting: a new connection is refused while the old one drains. Every event
-    // loop drops its copy of the listener as it hears the stop: wait for the last one.
-    let port: u16 = daemon
-        .base
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port");
-    let asked = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(
-            asked.elapsed() < Duration::from_secs(10),
-            "still accepting 10 s after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Stopped accepting: a new connection is refused while the old one drains.
+    daemon.until_refusing(Duration::from_secs(10)).await;
     let refused = reqwest::Client::new()
         .get(format!("{}/healthz", daemon.base))
         .timeout(Duration::from_secs(2))
@@ -60,14 +41,8 @@ async fn musicd_run_logs_every_request_and_stops_gracefully_on_sigterm() {
         refused.is_err(),
         "new connections must be refused after SIGTERM"
     );
-    while let Some(chunk) = download.chunk().await.expect("download continues") {
-        received += chunk.len();
-    }
-    assert_eq!(received, big.len());
-    let status = daemon
-        .wait(Duration::from_secs(10))
-        .expect("musicd exits after draining");
-    assert!(status.success(), "{status:?}");
+    crate::harness::finish_download(download, received, big.len()).await;
+    daemon.exits_cleanly(Duration::from_secs(10));
 
     // The access log (combined format, on stderr by default) beside the application log.
     let log = daemon.log_text();

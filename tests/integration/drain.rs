@@ -5,16 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::daemon::Daemon;
-use crate::harness::{TestEnv, client, http_get, pattern};
+use crate::harness::{TestEnv, client, pattern};
 use reqwest::StatusCode;
-
-/// The port of `http://127.0.0.1:PORT`.
-fn port_of(base: &str) -> u16 {
-    base.rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("port")
-}
 
 /// `/readyz` on a new connection: its status and `status` field.
 async fn readyz(base: &str) -> (StatusCode, String) {
@@ -59,12 +51,7 @@ async fn a_sigterm_drains_for_the_delay_then_refuses_and_finishes_in_flight() {
     assert_eq!((code, status.as_str()), (StatusCode::OK, "ready"));
 
     // In flight at the stop: read one chunk, then nothing until the stop is under way.
-    let mut download = http_get(&url).await;
-    let mut received = download
-        .chunk()
-        .await
-        .expect("chunk")
-        .map_or(0, |c| c.len());
+    let (download, received) = crate::harness::start_download(&url).await;
     let termed = Instant::now();
     daemon.signal(libc::SIGTERM);
     until_draining(&daemon.base).await;
@@ -91,14 +78,7 @@ async fn a_sigterm_drains_for_the_delay_then_refuses_and_finishes_in_flight() {
     assert_eq!(track.bytes().await.expect("body").len(), big.len());
 
     // Then it stops accepting, and not before the delay.
-    let port = port_of(&daemon.base);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-        assert!(
-            termed.elapsed() < Duration::from_secs(20),
-            "still accepting 20 s after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    daemon.until_refusing(Duration::from_secs(20)).await;
     assert!(
         termed.elapsed() >= Duration::from_secs(3),
         "stopped accepting {:?} after SIGTERM, inside the 3 s delay",
@@ -106,14 +86,8 @@ async fn a_sigterm_drains_for_the_delay_then_refuses_and_finishes_in_flight() {
     );
 
     // The download in flight at SIGTERM completes.
-    while let Some(chunk) = download.chunk().await.expect("download continues") {
-        received += chunk.len();
-    }
-    assert_eq!(received, big.len());
-    let exit = daemon
-        .wait(Duration::from_secs(20))
-        .expect("musicd exits after draining");
-    assert!(exit.success(), "{exit:?}");
+    crate::harness::finish_download(download, received, big.len()).await;
+    daemon.exits_cleanly(Duration::from_secs(20));
     let log = daemon.log_text();
     assert_eq!(log.matches("draining for 3s").count(), 1, "{log}");
 }
@@ -136,10 +110,8 @@ async fn a_second_sigterm_or_a_sigint_skips_the_rest_of_the_delay() {
             .expect("healthz while draining");
         assert_eq!(health.status(), StatusCode::OK);
         daemon.signal(second);
-        let exit = daemon
-            .wait(Duration::from_secs(60))
-            .expect("the second signal stops musicd long before the 10 min delay");
-        assert!(exit.success(), "{exit:?}");
+        // Long before the 10 min delay.
+        daemon.exits_cleanly(Duration::from_secs(60));
         let log = daemon.log_text();
         assert!(log.contains(said), "{log}");
     }
@@ -151,10 +123,7 @@ async fn without_a_delay_sigterm_stops_at_once() {
     let env = TestEnv::shared_with(&[]).await;
     let mut daemon = Daemon::start(&env).await;
     daemon.signal(libc::SIGTERM);
-    let exit = daemon
-        .wait(Duration::from_secs(30))
-        .expect("musicd stops on SIGTERM");
-    assert!(exit.success(), "{exit:?}");
+    daemon.exits_cleanly(Duration::from_secs(30));
     let log = daemon.log_text();
     assert!(log.contains("SIGTERM: stopping gracefully"), "{log}");
     assert!(!log.contains("draining for"), "{log}");

@@ -148,6 +148,40 @@ pub(crate) fn env_vars(env: &TestEnv, media: &Path, port: u16, ops: u16) -> Vec<
     .collect()
 }
 
+/// Starts the image detached as `name`, non-root on a read-only root without
+/// capabilities, `media` mounted read-only, configured by [`env_vars`] with `overrides`
+/// (`MUSICD_...` pairs) applied.
+pub(crate) fn start_container(
+    env: &TestEnv,
+    media: &Path,
+    (port, ops): (u16, u16),
+    name: &str,
+    overrides: &[(&str, String)],
+) -> Container {
+    let container = Container(container_name(name));
+    let mut command = podman_run();
+    command.args([
+        "--detach",
+        "--name",
+        &container.0,
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+    ]);
+    command.args(["--volume", &format!("{0}:{0}:ro", media.display())]);
+    let mut vars = env_vars(env, media, port, ops);
+    for (key, value) in overrides {
+        vars.retain(|(k, _)| k != key);
+        vars.push((key.to_string(), value.clone()));
+    }
+    for (key, value) in vars {
+        command.args(["--env", &format!("{key}={value}")]);
+    }
+    command.arg(&image().0);
+    succeeded(&run(&mut command));
+    container
+}
+
 /// Waits until `GET url` answers 200 (30 s at most).
 pub(crate) async fn until_ok(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -223,23 +257,8 @@ async fn the_image_serves_a_track_as_uid_10001_on_a_read_only_root_without_capab
     let env = TestEnv::new().await;
     let (media, id, bytes) = open_media(&env, "image.mp3").await;
     let (port, ops) = (free_port(), free_port());
-    let container = Container(container_name("serve"));
-    let mut command = podman_run();
-    command.args([
-        "--detach",
-        "--name",
-        &container.0,
-        "--read-only",
-        "--cap-drop",
-        "ALL",
-    ]);
-    let mount = format!("{0}:{0}:ro", media.path().display());
-    command.args(["--volume", &mount]);
-    for (key, value) in env_vars(&env, media.path(), port, ops) {
-        command.args(["--env", &format!("{key}={value}")]);
-    }
-    command.args(["--env", "MUSICD_ACCESS_LOG_FORMAT=json", image]);
-    succeeded(&run(&mut command));
+    let json = [("MUSICD_ACCESS_LOG_FORMAT", "json".to_string())];
+    let container = start_container(&env, media.path(), (port, ops), "serve", &json);
 
     until_ok(&format!("http://127.0.0.1:{ops}/readyz")).await;
     let url = format!("http://127.0.0.1:{port}/musicdb/{}/image.mp3", id.to_hex());
@@ -304,32 +323,14 @@ async fn the_image_serves_a_track_as_uid_10001_on_a_read_only_root_without_capab
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_redis_address_is_not_ready_and_names_redis_without_a_crash_loop() {
-    let (image, _) = image();
     let env = TestEnv::new().await;
     let (media, _, _) = open_media(&env, "wrong.mp3").await;
     let (port, ops) = (free_port(), free_port());
-    let container = Container(container_name("wrong-redis"));
-    let mut command = podman_run();
-    command.args([
-        "--detach",
-        "--name",
-        &container.0,
-        "--read-only",
-        "--cap-drop",
-        "ALL",
-    ]);
-    let mount = format!("{0}:{0}:ro", media.path().display());
-    command.args(["--volume", &mount]);
-    for (key, value) in env_vars(&env, media.path(), port, ops) {
-        let value = if key == "MUSICD_REDIS_URL" {
-            format!("redis://127.0.0.1:{}", free_port())
-        } else {
-            value
-        };
-        command.args(["--env", &format!("{key}={value}")]);
-    }
-    command.arg(image);
-    succeeded(&run(&mut command));
+    let away = [(
+        "MUSICD_REDIS_URL",
+        format!("redis://127.0.0.1:{}", free_port()),
+    )];
+    let container = start_container(&env, media.path(), (port, ops), "wrong-redis", &away);
     let readyz = format!("http://127.0.0.1:{ops}/readyz");
     let deadline = Instant::now() + Duration::from_secs(30);
     let body = loop {

@@ -17,9 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::nginx::Nginx;
 use crate::harness::{TestEnv, free_port, succeeded};
-use crate::image::{
-    Container, container_name, env_vars, image, open_media, podman, podman_run, until_ok,
-};
+use crate::image::{Container, open_media, podman, start_container, until_ok};
 
 /// How long the Service keeps routing to a container after it was told to stop: the
 /// endpoints controller's and the proxies' propagation.
@@ -91,26 +89,13 @@ struct Pod {
 }
 
 impl Pod {
-    async fn start(env: &TestEnv, media: &std::path::Path, drain: &str, what: &str) -> Pod {
+    fn start(env: &TestEnv, media: &std::path::Path, drain: &str, what: &str) -> Pod {
         let (port, ops) = (free_port(), free_port());
-        let container = Container(container_name(what));
-        let mut command = podman_run();
-        command.args([
-            "--detach",
-            "--name",
-            &container.0,
-            "--read-only",
-            "--cap-drop",
-            "ALL",
-        ]);
-        let mount = format!("{0}:{0}:ro", media.display());
-        command.args(["--volume", &mount]);
-        for (key, value) in env_vars(env, media, port, ops) {
-            command.args(["--env", &format!("{key}={value}")]);
-        }
-        command.args(["--env", &format!("MUSICD_SHUTDOWN_DRAIN_DELAY={drain}")]);
-        command.args(["--env", "MUSICD_ACCESS_LOG_FORMAT=json", &image().0]);
-        succeeded(&command.output().expect("podman run"));
+        let overrides = [
+            ("MUSICD_SHUTDOWN_DRAIN_DELAY", drain.to_string()),
+            ("MUSICD_ACCESS_LOG_FORMAT", "json".to_string()),
+        ];
+        let container = start_container(env, media, (port, ops), what, &overrides);
         Pod {
             container,
             port,
@@ -169,7 +154,7 @@ async fn roll(drain: &str) -> Rollout {
     let nginx = Nginx::start_deploy_config(&format!("127.0.0.1:{}", service.port), media.path());
     let mut old = Vec::new();
     for i in 0..2 {
-        let pod = Pod::start(&env, media.path(), drain, &format!("old{i}")).await;
+        let pod = Pod::start(&env, media.path(), drain, &format!("old{i}"));
         until_ok(&format!("http://127.0.0.1:{}/readyz", pod.ops)).await;
         service.add(pod.addr());
         old.push(pod);
@@ -200,7 +185,7 @@ async fn roll(drain: &str) -> Rollout {
 
     let mut new = Vec::new();
     for (i, retiring) in old.iter().enumerate() {
-        let pod = Pod::start(&env, media.path(), drain, &format!("new{i}")).await;
+        let pod = Pod::start(&env, media.path(), drain, &format!("new{i}"));
         until_ok(&format!("http://127.0.0.1:{}/readyz", pod.ops)).await;
         service.add(pod.addr());
         // The scheduler stops the old pod, and the Service hears of it a moment later.

@@ -77,6 +77,28 @@ impl Daemon {
         None
     }
 
+    /// Waits until its port refuses connections: every event loop has dropped its copy of
+    /// the listener. Panics if it still accepts `within` after the call.
+    pub async fn until_refusing(&self, within: Duration) {
+        let port: u16 = self
+            .base
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
+        let asked = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(asked.elapsed() < within, "still accepting after {within:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits up to `within` for it to exit, successfully.
+    pub fn exits_cleanly(&mut self, within: Duration) {
+        let status = self.wait(within).expect("musicd exits");
+        assert!(status.success(), "{status:?}");
+    }
+
     /// What it wrote to stderr so far.
     pub fn log_text(&self) -> String {
         let mut text = String::new();

@@ -8,6 +8,30 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// A download of `url` that has read its first chunk and reads nothing more until it is
+/// finished ([`finish_download`]): the server meanwhile has a response in flight. The
+/// response, and the bytes received so far.
+pub async fn start_download(url: &str) -> (reqwest::Response, usize) {
+    let mut download = reqwest::get(url).await.expect("download starts");
+    let received = download
+        .chunk()
+        .await
+        .expect("chunk")
+        .map_or(0, |c| c.len());
+    (download, received)
+}
+
+/// Reads the rest of a download that had `received` bytes so far: it must end whole.
+pub async fn finish_download(mut download: reqwest::Response, mut received: usize, whole: usize) {
+    while let Some(chunk) = download.chunk().await.expect("download continues") {
+        received += chunk.len();
+    }
+    assert_eq!(
+        received, whole,
+        "the download in flight at the stop was cut"
+    );
+}
+
 /// deterministic pseudo-random bytes, so every offset has a distinct value to check.
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut x = seed
