@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 image="musicd:$version"
 command -v podman >/dev/null || scripts/install-deps.sh >/dev/null
-cargo build --release --locked --bins 2>&1 | tail -n 1
+# Cargo's output on stderr: the last line of stdout is the image, for scripts and tests.
+cargo build --release --locked --bins >&2
 
 context=target/image
 rootfs=$context/rootfs
@@ -37,13 +38,16 @@ owner() { # FILE: "package version" of the Debian package that holds it
   echo "$pkg $(dpkg-query -W -f='${Version}' "$pkg")"
 }
 libs=$(ldd target/release/musicd target/release/musicctl | awk '/=> \// {print $3} /^\t\// {print $1}' | sort -u)
+# (An assignment, so that a file no package holds stops the build under `set -e`.)
 for lib in $libs; do
   mkdir -p "$rootfs$(dirname "$lib")"
   cp -L "$lib" "$rootfs$lib"
-  echo "$lib $(owner "$lib")" >>"$packages"
+  from=$(owner "$lib")
+  echo "$lib $from" >>"$packages"
 done
 cp -L /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/"
-echo "/etc/ssl/certs/ca-certificates.crt $(owner /usr/share/ca-certificates)" >>"$packages"
+from=$(owner /usr/share/ca-certificates)
+echo "/etc/ssl/certs/ca-certificates.crt $from" >>"$packages"
 
 cat >"$rootfs/etc/passwd" <<'PASSWD'
 root:x:0:0:root:/root:/sbin/nologin

@@ -34,6 +34,8 @@ command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v catatonit >/dev/null 2>&1 || need_apt+=(catatonit)
+# The image's CA certificates come from Debian's package.
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need_apt+=(ca-certificates)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"

@@ -198,7 +198,7 @@ pub fn stop(config: &Config) -> Result<Stopped, ControlError> {
         return Ok(Stopped::NotRunning);
     }
     sys::kill(pid, libc::SIGTERM).map_err(io_err(&config.daemon.pid_file))?;
-    let limit = config.daemon.stop_timeout + Duration::from_secs(10);
+    let limit = config.shutdown.drain_delay + config.daemon.stop_timeout + Duration::from_secs(10);
     let deadline = Instant::now() + limit;
     while sys::alive(pid) {
         if Instant::now() > deadline {

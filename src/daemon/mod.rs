@@ -269,6 +269,7 @@ async fn serve_until_stopped(
     );
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let access_log = server.state().access_log.clone();
+    let signals = StopSignals::install();
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
     notify::ready(&status);
@@ -285,7 +286,10 @@ async fn serve_until_stopped(
     let draining = Arc::clone(&server.state().draining);
     let drain_delay = config.shutdown.drain_delay;
     let stop = async move {
-        drained(&draining, drain_delay).await;
+        match signals {
+            Some(signals) => signals.drained(&draining, drain_delay).await,
+            None => std::future::pending().await,
+        }
         notify::stopping();
     };
     let listeners = Listeners {
@@ -342,46 +346,68 @@ enum StopSignal {
     Int,
 }
 
-/// Completes when the listeners should close. At once on SIGINT, or on SIGTERM without a
-/// drain delay. With one, the first SIGTERM sets `draining` (`/readyz` answers 503) and
-/// serving goes on for `delay`, the time a load balancer takes to stop sending new
-/// connections; a second SIGTERM or a SIGINT cuts it short. `musicd restart` hands its
-/// socket over and stops the old worker with SIGINT: nothing to drain there.
-async fn drained(draining: &std::sync::atomic::AtomicBool, delay: Duration) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    let first = tokio::select! {
-        _ = term.recv() => StopSignal::Term,
-        _ = int.recv() => StopSignal::Int,
-    };
-    if first == StopSignal::Int || delay.is_zero() {
-        let name = match first {
-            StopSignal::Term => "SIGTERM",
-            StopSignal::Int => "SIGINT",
-        };
-        tracing::info!("{name}: stopping gracefully");
-        return;
+/// SIGTERM and SIGINT, caught from the moment this is made: made before readiness is
+/// announced, so a stop that comes right after it is never lost (as PID 1 in a container,
+/// a signal with no handler is ignored, and the scheduler would wait its whole grace).
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Some(StopSignals { term, int }),
+            _ => {
+                tracing::error!("cannot install signal handlers; stop with SIGKILL");
+                None
+            }
+        }
     }
-    draining.store(true, std::sync::atomic::Ordering::Relaxed);
-    tracing::info!(
-        "draining for {}: /readyz answers 503, new connections are still served",
-        humantime::format_duration(delay)
-    );
-    notify::status("draining");
-    tokio::select! {
-        () = tokio::time::sleep(delay) => tracing::info!("drained: stopping gracefully"),
-        _ = term.recv() => tracing::info!("a second SIGTERM: stopping gracefully now"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping gracefully now"),
+
+    /// Completes when the listeners should close. At once on SIGINT, or on SIGTERM without
+    /// a drain delay. With one, the first SIGTERM sets `draining` (`/readyz` answers 503)
+    /// and serving goes on for `delay`, the time a load balancer takes to stop sending new
+    /// connections; a second SIGTERM or a SIGINT cuts it short. `musicd restart` hands its
+    /// socket over and stops the old worker with SIGINT: nothing to drain there.
+    async fn drained(mut self, draining: &std::sync::atomic::AtomicBool, delay: Duration) {
+        let first = tokio::select! {
+            _ = self.term.recv() => StopSignal::Term,
+            _ = self.int.recv() => StopSignal::Int,
+        };
+        if first == StopSignal::Int || delay.is_zero() {
+            let name = match first {
+                StopSignal::Term => "SIGTERM",
+                StopSignal::Int => "SIGINT",
+            };
+            tracing::info!("{name}: stopping gracefully");
+            return;
+        }
+        draining.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(
+            "draining for {}: /readyz answers 503, new connections are still served",
+            humantime::format_duration(delay)
+        );
+        notify::status("draining");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => tracing::info!("drained: stopping gracefully"),
+            _ = self.term.recv() => tracing::info!("a second SIGTERM: stopping gracefully now"),
+            _ = self.int.recv() => tracing::info!("SIGINT: stopping gracefully now"),
+        }
     }
 }
 
 /// Completes on the first SIGTERM or SIGINT.
 pub async fn stop_signal() {
-    drained(&std::sync::atomic::AtomicBool::new(false), Duration::ZERO).await;
+    match StopSignals::install() {
+        Some(signals) => {
+            let never = std::sync::atomic::AtomicBool::new(false);
+            signals.drained(&never, Duration::ZERO).await;
+        }
+        None => std::future::pending().await,
+    }
 }

@@ -253,7 +253,9 @@ impl Supervisor {
                     signal = sys::signal_name(signal),
                     "stopping: draining workers"
                 );
-                self.begin_stop(0);
+                // Passed on as it came: SIGTERM lets a worker drain first
+                // (`shutdown.drain_delay`), SIGINT stops it accepting at once.
+                self.begin_stop(0, signal);
             }
             libc::SIGHUP => self.reload(),
             libc::SIGUSR1 => self.reopen_log(),
@@ -466,7 +468,7 @@ impl Supervisor {
             tracing::error!("{why}");
             self.state.gave_up_reason = Some(why.clone());
             self.report_start(format!("error {why}"));
-            self.begin_stop(1);
+            self.begin_stop(1, libc::SIGINT);
             self.state.phase = Phase::GaveUp;
             return;
         }
@@ -573,14 +575,20 @@ impl Supervisor {
         self.save();
     }
 
-    fn begin_stop(&mut self, code: i32) {
+    /// Stops every worker with `signal`, and kills what is left past its drain and grace.
+    fn begin_stop(&mut self, code: i32, signal: i32) {
         self.stopping = true;
         self.exit_code.get_or_insert(code);
         self.restart_at = None;
         self.state.phase = Phase::Stopping;
-        let stop_by = Instant::now() + self.config.daemon.stop_timeout + KILL_MARGIN;
+        let drain = if signal == libc::SIGTERM {
+            self.config.shutdown.drain_delay
+        } else {
+            Duration::ZERO
+        };
+        let stop_by = Instant::now() + drain + self.config.daemon.stop_timeout + KILL_MARGIN;
         for worker in &mut self.workers {
-            let _ = sys::kill(worker.pid, libc::SIGTERM);
+            let _ = sys::kill(worker.pid, signal);
             worker.kill_at = Some(worker.kill_at.map_or(stop_by, |at| at.min(stop_by)));
         }
         self.save();

@@ -192,6 +192,50 @@ async fn restart_and_reload_under_load_fail_no_request_and_a_bad_config_keeps_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_under_the_supervisor_gives_a_worker_its_drain_and_then_its_grace() {
+    // A regression: the supervisor killed a stopping worker stop_timeout + 2 s after
+    // SIGTERM, counting no drain: 4 s here, while the worker keeps serving for 10 s.
+    let env = TestEnv::shared_with(&[
+        "daemon.stop_timeout_secs=2",
+        "shutdown.drain_delay=10s",
+        "cache.file_max_bytes=1048576",
+    ])
+    .await;
+    let bytes = pattern(32 * 1024 * 1024, 5);
+    let (id, _) = env.track("d.mp3", &bytes).await;
+    let daemon = Supervised::start(&env);
+    let url = format!("{}/musicdb/{}/d.mp3", daemon.base_url(), id.to_hex());
+    let supervisor = daemon.supervisor_pid();
+    // 32 MiB at 4 MB/s: about 8 s, inside the 10 s drain, past the old 4 s kill.
+    let mut response = http_get(&url).await;
+    let reader = tokio::spawn(async move {
+        let (started, mut received) = (Instant::now(), 0usize);
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => received += chunk.len(),
+                Ok(None) => return (received, true),
+                Err(_) => return (received, false),
+            }
+            let due = Duration::from_secs_f64(received as f64 / 4_000_000.0);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    });
+    let stop = tokio::task::spawn_blocking({
+        let mut command = env.command("musicd");
+        move || command.arg("stop").output().expect("musicd stop")
+    });
+    let (received, clean_end) = reader.await.expect("reader");
+    crate::harness::succeeded(&stop.await.expect("stop"));
+    assert!(!alive(supervisor));
+    assert!(
+        clean_end && received == bytes.len(),
+        "the download was cut at {received} bytes, inside the worker's drain"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_lets_a_slow_download_finish_or_cuts_it_at_the_deadline() {
     // Streamed from disk: larger than the in-memory file cache admits.
     let env =
