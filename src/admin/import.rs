@@ -5,6 +5,7 @@
 //! inserts only what is new and reports the rest as already present. Paths are stored
 //! canonical, so the same file reached through two spellings is one document.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -16,6 +17,7 @@ use mongodb::options::IndexOptions;
 
 use super::{AdminError, Backends};
 use crate::media::mime::is_audio;
+use crate::media::probe::{self, Format};
 
 /// MongoDB error code for a duplicate key.
 const DUPLICATE_KEY: i32 = 11000;
@@ -178,7 +180,13 @@ fn track_document(id: ObjectId, field: &str, path: &Path) -> Result<Document, Ad
     // What players and reports need, as the file's own headers declare it. A file symphonia
     // cannot read is still imported (it is served by its extension), without these.
     let extension = path.extension().and_then(|e| e.to_str());
-    let facts = std::fs::File::open(path)
+    let mut file = std::fs::File::open(path);
+    if let Ok(file) = &mut file
+        && let Some(offset) = audio_offset(file, extension, metadata.len())
+    {
+        document.insert("audio_offset", i64::try_from(offset).unwrap_or(i64::MAX));
+    }
+    let facts = file
         .map_err(|e| e.to_string())
         .and_then(|file| crate::media::probe::stream_facts(file, extension, metadata.len()));
     if let Ok(facts) = facts {
@@ -197,6 +205,25 @@ fn track_document(id: ObjectId, field: &str, path: &Path) -> Result<Document, Ad
     }
     Ok(document)
 }
+
+/// Where the first audio frame of `file` (of `len` bytes) starts, in the format its first
+/// bytes show (else the one its extension names). Unknown when the file cannot be read: it is
+/// imported all the same, and `verify --fix --yes` fills it in later. Leaves `file` at its
+/// start, for symphonia.
+fn audio_offset(file: &mut std::fs::File, extension: Option<&str>, len: u64) -> Option<u64> {
+    let mut head = Vec::with_capacity(HEAD);
+    let offset = (&mut *file)
+        .take(HEAD as u64)
+        .read_to_end(&mut head)
+        .ok()
+        .and_then(|_| probe::sniff(&head).or_else(|| extension.and_then(Format::of_extension)))
+        .and_then(|format| probe::audio_offset(file, len, format).ok().flatten());
+    file.seek(SeekFrom::Start(0)).ok()?;
+    offset
+}
+
+/// Bytes sniffed for the format: enough to see past a small ID3 tag, as `verify` does.
+const HEAD: usize = 4096;
 
 /// Audio files under `dir`, sorted, not following symlinked directories (no loops).
 pub(crate) fn audio_files(dir: &Path) -> Result<Vec<PathBuf>, AdminError> {

@@ -17,8 +17,10 @@
 //! batch is shared between the cores.
 //!
 //! [`fix`] makes the safe repairs only: it removes stale cache entries (the next request
-//! reads the document through) and imports orphans. Anything that needs a decision
-//! (a missing file, a duplicate, a mismatched type) is left to the operator.
+//! reads the document through), imports orphans, and records the `audio_offset` of
+//! documents imported before import recorded it (their ids and offsets are kept until
+//! then, 24 bytes each). Anything that needs a decision (a missing file, a duplicate, a
+//! mismatched type) is left to the operator.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -113,6 +115,10 @@ pub(crate) struct VerifyReport {
     pub(crate) counts: BTreeMap<&'static str, u64>,
     /// Every finding, by kind then path.
     pub(crate) findings: Vec<Finding>,
+    /// Documents without an `audio_offset` whose files say it: not a finding (nothing is
+    /// wrong with them), a backfill for [`fix`].
+    #[serde(skip)]
+    pub(crate) backfill: Vec<(ObjectId, u64)>,
 }
 
 impl VerifyReport {
@@ -159,6 +165,8 @@ pub(crate) struct Fixed {
     pub(crate) pruned: u64,
     /// Orphans imported.
     pub(crate) imported: u64,
+    /// Documents given the `audio_offset` their files say.
+    pub(crate) backfilled: u64,
 }
 
 impl VerifyReport {
@@ -234,13 +242,14 @@ impl Verified {
         let (stale, orphans) = self.report.repairs();
         match (&self.fixed, self.repairs) {
             (Some(fixed), _) => out.push_str(&format!(
-                "fixed: removed {} stale cache entries, imported {} orphans\n",
-                fixed.pruned, fixed.imported
+                "fixed: removed {} stale cache entries, imported {} orphans, backfilled {} audio offsets\n",
+                fixed.pruned, fixed.imported, fixed.backfilled
             )),
             (None, Repairs::Show) => out.push_str(&format!(
-                "--fix would remove {} stale cache entries and import {} orphans (add --yes to do it)\n",
+                "--fix would remove {} stale cache entries, import {} orphans and backfill {} audio offsets (add --yes to do it)\n",
                 stale.len(),
-                orphans.len()
+                orphans.len(),
+                self.report.backfill.len()
             )),
             (None, _) => {}
         }
@@ -270,7 +279,8 @@ pub async fn verify_and_repair(
 }
 
 /// Makes the safe repairs of a report: removes its stale cache entries (deleting an entry
-/// is always safe: the next request reads the document through) and imports its orphans.
+/// is always safe: the next request reads the document through), imports its orphans and
+/// backfills audio offsets.
 pub(crate) async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fixed, AdminError> {
     let (stale, orphans) = report.repairs();
     let mut fixed = Fixed::default();
@@ -285,6 +295,17 @@ pub(crate) async fn fix(backends: &Backends, report: &VerifyReport) -> Result<Fi
     if !orphans.is_empty() {
         let imported = super::import::import_files(backends, &orphans).await?;
         fixed.imported = (imported.inserted.len() + imported.already_present) as u64;
+    }
+    let collection = backends.store.collection();
+    for (id, offset) in &report.backfill {
+        // Only where the field is still absent: a value written since the check is kept.
+        let set = collection
+            .update_one(
+                doc! { "_id": id, "audio_offset": { "$exists": false } },
+                doc! { "$set": { "audio_offset": i64::try_from(*offset).unwrap_or(i64::MAX) } },
+            )
+            .await?;
+        fixed.backfilled += set.modified_count;
     }
     Ok(fixed)
 }
@@ -314,6 +335,8 @@ struct Checked {
     /// and orphans).
     canonical: Option<u64>,
     id: ObjectId,
+    /// The file's audio offset, when the document has none.
+    backfill: Option<u64>,
 }
 
 /// A canonical path as 8 bytes: what the catalogue names is remembered for the whole run
@@ -338,7 +361,7 @@ pub(crate) async fn verify(
     let field = backends.store.path_field().to_string();
     let mut report = VerifyReport::default();
     let mut named: HashMap<u64, Vec<ObjectId>> = HashMap::new();
-    let projection = doc! { &field: 1, "size": 1, "mtime": 1 };
+    let projection = doc! { &field: 1, "size": 1, "mtime": 1, "audio_offset": 1 };
     let mut batches = CatalogueBatches::open(backends, projection, batch_size).await?;
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     // One batch is checked while the next is read from the cursor.
@@ -369,6 +392,9 @@ pub(crate) async fn verify(
                 report.findings.extend(file.findings);
                 if let Some(canonical) = file.canonical {
                     named.entry(canonical).or_default().push(file.id);
+                }
+                if let Some(offset) = file.backfill {
+                    report.backfill.push((file.id, offset));
                 }
             }
             progress(VerifyProgress {
@@ -479,6 +505,7 @@ fn check_document(
                 findings: vec![finding(Kind::Missing, "", format!("no usable path: {why}"))],
                 canonical: None,
                 id,
+                backfill: None,
             });
         }
     };
@@ -486,6 +513,7 @@ fn check_document(
         findings: Vec::new(),
         canonical: None,
         id,
+        backfill: None,
     };
     let mut file = match roots.open(&path) {
         Ok(file) => file,
@@ -547,6 +575,14 @@ fn check_document(
         }
         (None, found) => found,
     };
+    // As import reads it: the content's format, else the name's.
+    if !document.contains_key("audio_offset")
+        && let Some(format) = found.or(promised)
+    {
+        checked.backfill = probe::audio_offset(&mut file.file, len, format)
+            .ok()
+            .flatten();
+    }
     if let Some(format) = format {
         match probe::headers(&mut file.file, len, format) {
             Ok(headers) => {

@@ -9,6 +9,7 @@
 //! bitrates without decoding; `symphonia` decodes, which is the deep pass's job.
 
 use std::io::{self, Read, Seek, SeekFrom};
+use std::ops::ControlFlow;
 
 /// A container or stream format, as its magic bytes tell it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,48 +282,17 @@ pub fn headers<F: Read + Seek>(file: &mut F, len: u64, format: Format) -> io::Re
             }
         }
         Format::Mp4 => {
-            let mut offset = 0u64;
-            let mut seen_mdat = false;
-            while offset + 8 <= len {
-                let mut atom = [0u8; 16];
-                let got = read_at(file, offset, &mut atom)?;
-                if got < 8 {
-                    break;
-                }
-                let size32 = u32::from_be_bytes([atom[0], atom[1], atom[2], atom[3]]);
-                let kind = [atom[4], atom[5], atom[6], atom[7]];
-                let size = match size32 {
-                    0 => len - offset,
-                    1 if got >= 16 => u64::from_be_bytes([
-                        atom[8], atom[9], atom[10], atom[11], atom[12], atom[13], atom[14],
-                        atom[15],
-                    ]),
-                    1 => break,
-                    n => u64::from(n),
-                };
-                if size < 8 {
-                    found.truncated = Some(format!(
-                        "atom at {offset} declares {size} bytes, less than its header"
-                    ));
-                    break;
-                }
-                // A 64-bit size is whatever the file says: no sum may overflow.
-                let end = offset.saturating_add(size);
-                if end > len {
-                    found.truncated = Some(format!(
-                        "atom '{}' at {offset} declares {size} bytes, {} past the end",
-                        String::from_utf8_lossy(&kind),
-                        end - len
-                    ));
-                    break;
-                }
-                match &kind {
-                    b"mdat" => seen_mdat = true,
-                    b"moov" if seen_mdat => found.slow_start = true,
+            let (mut seen_mdat, mut slow_start) = (false, false);
+            found.truncated = walk_atoms(file, len, 0, |atom| {
+                // An atom cut short is the truncation the walk reports, not a layout.
+                match &atom.kind {
+                    b"mdat" if atom.whole => seen_mdat = true,
+                    b"moov" if atom.whole && seen_mdat => slow_start = true,
                     _ => {}
                 }
-                offset += size;
-            }
+                ControlFlow::Continue(())
+            })?;
+            found.slow_start = slow_start;
         }
         Format::Mpeg => {
             // The tag's header says where the frames start; their first 4 KiB hold the
@@ -393,6 +363,224 @@ fn bitrate_varies(frames: &[u8]) -> bool {
         at += next.len().max(1);
     }
     false
+}
+
+/// One top-level box of an mp4, as [`walk_atoms`] found it.
+struct Atom {
+    /// Where it starts.
+    offset: u64,
+    kind: [u8; 4],
+    /// Its header's length: 8, or 16 with a 64-bit size.
+    header: u64,
+    /// Whether it ends within the file.
+    whole: bool,
+}
+
+/// Walks the top-level boxes of an mp4 (of `len` bytes) from `start`, handing each whose
+/// size covers its own header to `visit` until it breaks. Returns what ended the walk early
+/// when a size is impossible or runs past the end: the truncation `headers` reports.
+fn walk_atoms<F: Read + Seek>(
+    file: &mut F,
+    len: u64,
+    start: u64,
+    mut visit: impl FnMut(&Atom) -> ControlFlow<()>,
+) -> io::Result<Option<String>> {
+    let mut offset = start;
+    while offset.saturating_add(8) <= len {
+        let mut head = [0u8; 16];
+        let got = read_at(file, offset, &mut head)?;
+        if got < 8 {
+            break;
+        }
+        let size32 = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let kind = [head[4], head[5], head[6], head[7]];
+        let (size, header) = match size32 {
+            0 => (len - offset, 8),
+            1 if got >= 16 => (
+                u64::from_be_bytes([
+                    head[8], head[9], head[10], head[11], head[12], head[13], head[14], head[15],
+                ]),
+                16,
+            ),
+            1 => break,
+            n => (u64::from(n), 8),
+        };
+        if size < header {
+            return Ok(Some(format!(
+                "atom at {offset} declares {size} bytes, less than its header"
+            )));
+        }
+        // A 64-bit size is whatever the file says: no sum may overflow.
+        let end = offset.saturating_add(size);
+        let atom = Atom {
+            offset,
+            kind,
+            header,
+            whole: end <= len,
+        };
+        if visit(&atom).is_break() {
+            break;
+        }
+        if !atom.whole {
+            return Ok(Some(format!(
+                "atom '{}' at {offset} declares {size} bytes, {} past the end",
+                String::from_utf8_lossy(&kind),
+                end - len
+            )));
+        }
+        offset = end;
+    }
+    Ok(None)
+}
+
+/// How far past its ID3 tag an mp3's first frame is looked for: encoders pad, a few
+/// leave junk, none that far.
+const MP3_SYNC_SCAN: usize = 4096;
+
+/// Bounds on the walks to the first audio byte: far past any real file's headers (a FLAC
+/// has a handful of metadata blocks, an mp4 a handful of top-level boxes before `mdat`),
+/// so a hostile file costs a bounded number of small reads.
+const MAX_BLOCKS: usize = 1024;
+
+/// Ogg header pages to walk: a Vorbis comment holding cover art spans one page per
+/// 64 KiB, so this covers 256 MiB of headers.
+const MAX_OGG_PAGES: usize = 4096;
+
+/// Where the first audio frame of a `format` file (of `len` bytes) starts, in bytes from
+/// its start: what a range request must reach before it carries any sound. `None` when
+/// the format is not one whose headers say it, or they do not.
+pub(crate) fn audio_offset<F: Read + Seek>(
+    file: &mut F,
+    len: u64,
+    format: Format,
+) -> io::Result<Option<u64>> {
+    // `sniff` looks behind an ID3 tag whatever follows it (FLAC is often tagged so).
+    let mut tag = [0u8; 10];
+    let got = read_at(file, 0, &mut tag)?;
+    let start = id3_len(&tag[..got]).map_or(0, |n| n as u64);
+    let offset = match format {
+        Format::Mpeg => {
+            let mut head = vec![0u8; MP3_SYNC_SCAN + 4];
+            let got = read_at(file, start, &mut head)?;
+            first_frame(&head[..got]).map(|at| start + at as u64)
+        }
+        Format::Flac => flac_audio(file, len, start)?,
+        Format::Ogg => ogg_audio(file, len, start)?,
+        Format::Mp4 => {
+            let (mut mdat, mut atoms) = (None, 0);
+            walk_atoms(file, len, start, |atom| {
+                atoms += 1;
+                if &atom.kind == b"mdat" {
+                    mdat = Some(atom.offset + atom.header);
+                    return ControlFlow::Break(());
+                }
+                if atoms < MAX_BLOCKS {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            })?;
+            mdat
+        }
+        Format::Wav => wav_audio(file, len, start)?,
+        _ => None,
+    };
+    // Headers that end where the file does leave no audio frame to point at.
+    Ok(offset.filter(|offset| *offset < len))
+}
+
+/// The first frame header in `bytes` that a second one follows, or that ends past what
+/// was read (so a sync pattern in junk or in a misplaced tag's body is passed over).
+fn first_frame(bytes: &[u8]) -> Option<usize> {
+    (0..bytes.len()).find(|&at| {
+        mpeg_frame(&bytes[at..]).is_some_and(|frame| {
+            match bytes.get(at + frame.len()..).filter(|next| next.len() >= 4) {
+                Some(next) => mpeg_frame(next).is_some(),
+                None => true,
+            }
+        })
+    })
+}
+
+/// Past `fLaC` (at `start`) and its metadata blocks.
+fn flac_audio<F: Read + Seek>(file: &mut F, len: u64, start: u64) -> io::Result<Option<u64>> {
+    let mut magic = [0u8; 4];
+    if read_at(file, start, &mut magic)? < 4 || &magic != b"fLaC" {
+        return Ok(None);
+    }
+    let mut offset = start + 4;
+    for _ in 0..MAX_BLOCKS {
+        let mut block = [0u8; 4];
+        if read_at(file, offset, &mut block)? < 4 {
+            return Ok(None);
+        }
+        let size = u64::from(u32::from_be_bytes([0, block[1], block[2], block[3]]));
+        offset += 4 + size;
+        if offset > len {
+            return Ok(None);
+        }
+        if block[0] & 0x80 != 0 {
+            return Ok(Some(offset));
+        }
+    }
+    Ok(None)
+}
+
+/// The first Ogg page (from `start`) that completes an audio packet: header pages carry
+/// granule position 0, pages on which no packet ends carry -1.
+fn ogg_audio<F: Read + Seek>(file: &mut F, len: u64, start: u64) -> io::Result<Option<u64>> {
+    let mut offset = start;
+    for _ in 0..MAX_OGG_PAGES {
+        let mut page = [0u8; 27];
+        if read_at(file, offset, &mut page)? < 27 || &page[..4] != b"OggS" {
+            return Ok(None);
+        }
+        let granule = u64::from_le_bytes([
+            page[6], page[7], page[8], page[9], page[10], page[11], page[12], page[13],
+        ]);
+        if granule != 0 && granule != u64::MAX {
+            return Ok(Some(offset));
+        }
+        let mut segments = [0u8; 255];
+        let count = usize::from(page[26]);
+        if read_at(file, offset + 27, &mut segments[..count])? < count {
+            return Ok(None);
+        }
+        let body: u64 = segments[..count].iter().map(|&n| u64::from(n)).sum();
+        offset += 27 + count as u64 + body;
+        if offset >= len {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// The payload of a RIFF WAVE's (at `start`) `data` chunk.
+fn wav_audio<F: Read + Seek>(file: &mut F, len: u64, start: u64) -> io::Result<Option<u64>> {
+    let mut riff = [0u8; 12];
+    if read_at(file, start, &mut riff)? < 12
+        || !(&riff[..4] == b"RIFF" || &riff[..4] == b"RF64")
+        || &riff[8..] != b"WAVE"
+    {
+        return Ok(None);
+    }
+    let mut offset = start + 12;
+    for _ in 0..MAX_BLOCKS {
+        let mut chunk = [0u8; 8];
+        if read_at(file, offset, &mut chunk)? < 8 {
+            return Ok(None);
+        }
+        if &chunk[..4] == b"data" {
+            return Ok(Some(offset + 8));
+        }
+        let size = u64::from(u32::from_le_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]));
+        // Chunks are word-aligned: an odd size is followed by a pad byte.
+        offset += 8 + size + (size & 1);
+        if offset >= len {
+            return Ok(None);
+        }
+    }
+    Ok(None)
 }
 
 /// What a stream's own container says about it (`symphonia`), for the catalogue.
@@ -582,7 +770,236 @@ mod tests {
             for format in [Format::Mpeg, Format::Mp4, Format::Wav, Format::Aiff] {
                 let _ = headers(&mut Cursor::new(&bytes), bytes.len() as u64, format);
             }
+            for format in [
+                Format::Mpeg,
+                Format::Flac,
+                Format::Ogg,
+                Format::Mp4,
+                Format::Wav,
+                Format::Aiff,
+            ] {
+                let _ = audio_offset(&mut Cursor::new(&bytes), bytes.len() as u64, format);
+                // The same bytes behind each magic, so the walks get past their first check.
+                let magic: &[u8] = match format {
+                    Format::Flac => b"fLaC",
+                    Format::Ogg => b"OggS",
+                    Format::Wav => b"RIFF\xff\xff\xff\xffWAVE",
+                    Format::Mpeg => b"ID3\x04\0\0\0\0\0\x01",
+                    _ => b"",
+                };
+                let mut behind = magic.to_vec();
+                behind.extend_from_slice(&bytes);
+                let len = behind.len() as u64;
+                if let Ok(Some(offset)) = audio_offset(&mut Cursor::new(&behind), len, format) {
+                    assert!(offset < len, "{format:?} {seed}: {offset}");
+                }
+            }
         }
+    }
+
+    /// Sizes that walk nowhere, or in the smallest steps, end in a bounded number of reads.
+    #[test]
+    fn hostile_walks_to_the_audio_end() {
+        let endless = |magic: &[u8], step: &[u8], count: usize| {
+            let mut bytes = magic.to_vec();
+            for _ in 0..count {
+                bytes.extend_from_slice(step);
+            }
+            bytes
+        };
+        // Empty metadata blocks, none the last.
+        let flac = endless(b"fLaC", &[0, 0, 0, 0], 100_000);
+        // Header pages without segments.
+        let mut empty_page = b"OggS".to_vec();
+        empty_page.resize(27, 0);
+        let ogg = endless(b"", &empty_page, 10_000);
+        // Empty `free` boxes, and chunks that are not `data`.
+        let mp4 = endless(b"", b"\0\0\0\x08free", 100_000);
+        let wav = endless(b"RIFF\0\0\0\0WAVE", b"junk\0\0\0\0", 100_000);
+        for (bytes, format) in [
+            (flac, Format::Flac),
+            (ogg, Format::Ogg),
+            (mp4, Format::Mp4),
+            (wav, Format::Wav),
+        ] {
+            let mut reads = CountingReads(Cursor::new(&bytes), 0);
+            let found = audio_offset(&mut reads, bytes.len() as u64, format).expect("read");
+            assert_eq!(found, None, "{format:?}");
+            assert!(
+                reads.1 <= 2 * MAX_OGG_PAGES + 2,
+                "{format:?}: {} reads",
+                reads.1
+            );
+        }
+        // A box whose 64-bit size wraps, and a chunk whose size runs past the end.
+        let mut huge = 1u32.to_be_bytes().to_vec();
+        huge.extend_from_slice(b"free");
+        huge.extend_from_slice(&u64::MAX.to_be_bytes());
+        huge.extend_from_slice(b"\0\0\0\x08mdat");
+        let len = huge.len() as u64;
+        assert_eq!(
+            audio_offset(&mut Cursor::new(&huge), len, Format::Mp4).expect("read"),
+            None
+        );
+        let mut wav = b"RIFF\0\0\0\0WAVEjunk".to_vec();
+        wav.extend_from_slice(&u32::MAX.to_le_bytes());
+        wav.extend_from_slice(b"data\0\0\0\0");
+        let len = wav.len() as u64;
+        assert_eq!(
+            audio_offset(&mut Cursor::new(&wav), len, Format::Wav).expect("read"),
+            None
+        );
+    }
+
+    /// A reader that counts its seeks (one per `read_at`).
+    struct CountingReads<R>(R, usize);
+
+    impl<R: Read> Read for CountingReads<R> {
+        fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+            self.0.read(buffer)
+        }
+    }
+
+    impl<R: Seek> Seek for CountingReads<R> {
+        fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+            self.1 += 1;
+            self.0.seek(to)
+        }
+    }
+
+    /// An ID3v2.4 tag of `body` bytes (a footer too when asked).
+    fn id3_tag(body: usize, footer: bool) -> Vec<u8> {
+        let size = body as u32;
+        let mut tag = b"ID3\x04\0".to_vec();
+        tag.push(if footer { 0x10 } else { 0 });
+        for shift in [21, 14, 7, 0] {
+            tag.push(((size >> shift) & 0x7F) as u8);
+        }
+        tag.resize(10 + body, 0);
+        if footer {
+            tag.extend_from_slice(b"3DI\x04\0\x10\0\0\0\0");
+        }
+        tag
+    }
+
+    fn offset_of(bytes: &[u8], format: Format) -> Option<u64> {
+        audio_offset(&mut Cursor::new(bytes), bytes.len() as u64, format).expect("read")
+    }
+
+    #[test]
+    fn an_mp3s_audio_starts_at_its_first_frame_past_the_tag() {
+        let audio = frames(&[9, 9, 9]);
+        assert_eq!(offset_of(&audio, Format::Mpeg), Some(0));
+        let mut tagged = id3_tag(300, false);
+        tagged.extend_from_slice(&audio);
+        assert_eq!(offset_of(&tagged, Format::Mpeg), Some(310));
+        let mut footed = id3_tag(300, true);
+        footed.extend_from_slice(&audio);
+        assert_eq!(offset_of(&footed, Format::Mpeg), Some(320));
+        // Junk after the tag, a sync pattern in it that no frame follows.
+        let mut junk = id3_tag(20, false);
+        junk.extend_from_slice(b"\0\0");
+        junk.extend_from_slice(&frame_header(9));
+        junk.extend_from_slice(&[0u8; 10]);
+        junk.extend_from_slice(&audio);
+        assert_eq!(offset_of(&junk, Format::Mpeg), Some(30 + 2 + 4 + 10));
+        // A tag and nothing audio, or a tag that claims more than the file.
+        let mut silent = id3_tag(20, false);
+        silent.resize(5000, 0);
+        assert_eq!(offset_of(&silent, Format::Mpeg), None);
+        assert_eq!(offset_of(&id3_tag(20, false)[..15], Format::Mpeg), None);
+    }
+
+    #[test]
+    fn a_flacs_audio_starts_past_its_last_metadata_block() {
+        let mut flac = b"fLaC".to_vec();
+        flac.extend_from_slice(&[0x00, 0, 0, 34]);
+        flac.extend_from_slice(&[0u8; 34]);
+        flac.extend_from_slice(&[0x81, 0, 0, 10]);
+        flac.extend_from_slice(&[0u8; 10]);
+        let audio_at = flac.len() as u64;
+        flac.extend_from_slice(&[0xFF, 0xF8, 0x69, 0x08, 0, 0]);
+        assert_eq!(offset_of(&flac, Format::Flac), Some(audio_at));
+        let mut tagged = id3_tag(20, false);
+        tagged.extend_from_slice(&flac);
+        assert_eq!(offset_of(&tagged, Format::Flac), Some(30 + audio_at));
+        // A block that runs past the end, and metadata with no frame after it.
+        let mut long = flac.clone();
+        long[4..8].copy_from_slice(&[0x80, 0x01, 0, 0]);
+        assert_eq!(offset_of(&long, Format::Flac), None);
+        assert_eq!(offset_of(&flac[..audio_at as usize], Format::Flac), None);
+        assert_eq!(offset_of(b"fLa", Format::Flac), None);
+    }
+
+    /// An Ogg page at `granule` with a body of `body` bytes.
+    fn ogg_page(granule: u64, body: usize) -> Vec<u8> {
+        let mut page = b"OggS\0\0".to_vec();
+        page.extend_from_slice(&granule.to_le_bytes());
+        page.resize(26, 0);
+        let mut lacing = vec![255u8; body / 255];
+        lacing.push((body % 255) as u8);
+        page.push(lacing.len() as u8);
+        page.extend_from_slice(&lacing);
+        page.resize(page.len() + body, 0x55);
+        page
+    }
+
+    #[test]
+    fn an_oggs_audio_starts_at_its_first_page_past_the_headers() {
+        let mut ogg = ogg_page(0, 30);
+        // A comment with cover art: a page on which no packet ends, then its end.
+        ogg.extend(ogg_page(u64::MAX, 255 * 200));
+        ogg.extend(ogg_page(0, 1000));
+        let audio_at = ogg.len() as u64;
+        assert_eq!(audio_at, 28 + 30 + 228 + 51000 + 31 + 1000);
+        ogg.extend(ogg_page(960, 400));
+        assert_eq!(offset_of(&ogg, Format::Ogg), Some(audio_at));
+        assert_eq!(offset_of(&ogg[..audio_at as usize], Format::Ogg), None);
+        let mut lost = ogg.clone();
+        lost[audio_at as usize] = b'X';
+        assert_eq!(offset_of(&lost, Format::Ogg), None);
+    }
+
+    #[test]
+    fn an_mp4s_audio_starts_at_its_mdat_payload() {
+        let atom = |kind: &[u8], size: u32| {
+            let mut a = size.to_be_bytes().to_vec();
+            a.extend_from_slice(kind);
+            a.resize(size as usize, 0);
+            a
+        };
+        let mut mp4 = atom(b"ftyp", 16);
+        mp4.extend(atom(b"moov", 32));
+        mp4.extend(atom(b"mdat", 64));
+        assert_eq!(offset_of(&mp4, Format::Mp4), Some(56));
+        // A 64-bit size puts the payload 16 bytes in; a cut file still has its start.
+        let mut large = atom(b"ftyp", 16);
+        large.extend_from_slice(&1u32.to_be_bytes());
+        large.extend_from_slice(b"mdat");
+        large.extend_from_slice(&1000u64.to_be_bytes());
+        large.resize(100, 0);
+        assert_eq!(offset_of(&large, Format::Mp4), Some(32));
+        let mut none = atom(b"ftyp", 16);
+        none.extend(atom(b"moov", 32));
+        assert_eq!(offset_of(&none, Format::Mp4), None);
+    }
+
+    #[test]
+    fn a_wavs_audio_starts_at_its_data_payload() {
+        let mut wav = b"RIFF\0\0\0\0WAVEfmt ".to_vec();
+        wav.extend_from_slice(&16u32.to_le_bytes());
+        wav.extend_from_slice(&[0u8; 16]);
+        // An odd chunk is padded to an even length.
+        wav.extend_from_slice(b"LIST");
+        wav.extend_from_slice(&5u32.to_le_bytes());
+        wav.extend_from_slice(&[0u8; 6]);
+        wav.extend_from_slice(b"data");
+        wav.extend_from_slice(&8u32.to_le_bytes());
+        wav.extend_from_slice(&[0u8; 8]);
+        assert_eq!(offset_of(&wav, Format::Wav), Some(12 + 24 + 14 + 8));
+        assert_eq!(offset_of(&wav[..50], Format::Wav), None);
+        assert_eq!(offset_of(&wav, Format::Aiff), None);
+        assert_eq!(offset_of(&wav, Format::Adts), None);
     }
 
     #[test]

@@ -367,3 +367,102 @@ async fn a_file_its_user_cannot_open_is_unreadable() {
     assert_eq!(findings[0]["id"], id.as_str());
     assert_eq!(output.status.code(), Some(1));
 }
+
+/// Import records where each file's first audio frame starts (an mp3's: right after its
+/// ID3 tag), and `verify --fix --yes` fills it in for documents imported without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audio_offsets_are_recorded_and_backfilled() {
+    let env = TestEnv::new().await;
+    let dir = media(&env).join("offsets");
+    let mut files = clean_files(&dir);
+    let tagged = dir.join("tagged.mp3");
+    encode(
+        &tagged,
+        &[
+            "-c:a",
+            "libmp3lame",
+            "-id3v2_version",
+            "3",
+            "-metadata",
+            "title=Offsets",
+        ],
+    );
+    files.push(tagged.clone());
+    let imported = import(&env, &media(&env));
+    assert_eq!(imported.len(), files.len());
+    let offset_of = |document: &mongodb::bson::Document| {
+        document
+            .get_i64("audio_offset")
+            .unwrap_or_else(|_| panic!("no audio_offset: {document}"))
+    };
+    let offsets = || async {
+        let mut found = Vec::new();
+        for (id, path) in &imported {
+            let document = env
+                .tracks
+                .find_one(doc! { "_id": id })
+                .await
+                .expect("find")
+                .expect("document");
+            found.push((path.clone(), offset_of(&document)));
+        }
+        found
+    };
+    let recorded = offsets().await;
+    for (path, offset) in &recorded {
+        let bytes = std::fs::read(path).expect("read");
+        let at = usize::try_from(*offset).expect("offset");
+        assert!(at < bytes.len(), "{path}: {at}");
+        // Each where its format says the audio starts.
+        let starts = match path.rsplit_once('.').map(|(_, ext)| ext) {
+            Some("mp3") => {
+                assert_eq!(&bytes[..3], b"ID3", "{path}: no ID3 tag");
+                let size = bytes[6..10]
+                    .iter()
+                    .fold(0usize, |acc, b| acc << 7 | usize::from(*b));
+                let footer = if bytes[5] & 0x10 != 0 { 10 } else { 0 };
+                assert_eq!(at, 10 + size + footer, "{path}: not the tag's length");
+                bytes[at] == 0xFF && bytes[at + 1] & 0xE0 == 0xE0
+            }
+            Some("flac") => bytes[at] == 0xFF && bytes[at + 1] & 0xFE == 0xF8,
+            Some("ogg" | "opus") => at > 0 && &bytes[at..at + 4] == b"OggS",
+            Some("m4a") => &bytes[at - 4..at] == b"mdat",
+            Some("wav") => &bytes[at - 8..at - 4] == b"data",
+            _ => panic!("{path}: unexpected"),
+        };
+        assert!(starts, "{path}: {at} is not where its audio starts");
+    }
+
+    // Documents imported before import recorded it.
+    env.tracks
+        .update_many(doc! {}, doc! { "$unset": { "audio_offset": "" } })
+        .await
+        .expect("unset");
+    let (code, report) = verify(&env, &[]);
+    assert_eq!(report["findings"], serde_json::json!([]), "not a finding");
+    assert_eq!(code, 0);
+    let shown = env
+        .command("musicctl")
+        .args(["verify", "--fix"])
+        .output()
+        .expect("verify --fix");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        text.contains(&format!("backfill {} audio offsets", files.len())),
+        "{text}"
+    );
+    assert_eq!(shown.status.code(), Some(0), "{text}");
+    let still = env
+        .tracks
+        .count_documents(doc! { "audio_offset": { "$exists": true } })
+        .await
+        .expect("count");
+    assert_eq!(still, 0, "--fix alone changes nothing");
+    let (code, fixed) = verify(&env, &["--fix", "--yes"]);
+    assert_eq!(fixed["fixed"]["backfilled"], files.len(), "{fixed:#}");
+    assert_eq!(code, 0);
+    assert_eq!(offsets().await, recorded);
+    // Nothing is left to backfill.
+    let (_, again) = verify(&env, &["--fix", "--yes"]);
+    assert_eq!(again["fixed"]["backfilled"], 0, "{again:#}");
+}
