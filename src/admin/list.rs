@@ -90,3 +90,89 @@ pub async fn write_tsv(
     out.flush().map_err(io)?;
     Ok(count)
 }
+
+/// What the catalogue records of a track that counting plays needs (`musicctl plays`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrackFacts {
+    /// The id, 24 hex digits.
+    pub id: String,
+    /// Bytes.
+    pub size: Option<u64>,
+    /// Bits per second.
+    pub bitrate: Option<u64>,
+    /// Seconds.
+    pub duration: Option<f64>,
+    /// Where the first audio frame starts.
+    pub audio_offset: Option<u64>,
+}
+
+/// Calls `each` with every track's facts, in id order, from a cursor.
+pub async fn facts(
+    backends: &Backends,
+    mut each: impl FnMut(TrackFacts),
+) -> Result<u64, AdminError> {
+    let mut cursor = backends
+        .store
+        .collection()
+        .find(doc! {})
+        .projection(doc! { "size": 1, "bitrate": 1, "duration": 1, "audio_offset": 1 })
+        .sort(doc! { "_id": 1 })
+        .await?;
+    // Numbers were written by import as integers or doubles, and by hand as anything:
+    // what is not a non-negative number is unknown.
+    let whole = |document: &mongodb::bson::Document, key: &str| match document.get(key) {
+        Some(mongodb::bson::Bson::Int32(n)) => u64::try_from(*n).ok(),
+        Some(mongodb::bson::Bson::Int64(n)) => u64::try_from(*n).ok(),
+        Some(mongodb::bson::Bson::Double(n)) if n.is_finite() && *n >= 0.0 => Some(*n as u64),
+        _ => None,
+    };
+    let mut count = 0;
+    while let Some(document) = cursor.try_next().await? {
+        let Ok(id) = document.get_object_id("_id") else {
+            continue;
+        };
+        let duration = match document.get("duration") {
+            Some(mongodb::bson::Bson::Double(n)) if n.is_finite() && *n >= 0.0 => Some(*n),
+            _ => whole(&document, "duration").map(|n| n as f64),
+        };
+        each(TrackFacts {
+            id: id.to_hex(),
+            size: whole(&document, "size"),
+            bitrate: whole(&document, "bitrate"),
+            duration,
+            audio_offset: whole(&document, "audio_offset"),
+        });
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// `musicctl list --facts`: every track's facts as JSON lines, the `--facts` file of
+/// `musicctl plays`.
+pub async fn write_facts(
+    backends: &Backends,
+    out: &mut impl std::io::Write,
+) -> Result<u64, AdminError> {
+    let mut write_error = None;
+    let count = facts(backends, |track| {
+        if write_error.is_some() {
+            return;
+        }
+        let written = serde_json::to_writer(&mut *out, &track)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"));
+        if let Err(err) = written {
+            write_error = Some(err);
+        }
+    })
+    .await?;
+    let io = |source| AdminError::Io {
+        path: "standard output".into(),
+        source,
+    };
+    if let Some(err) = write_error {
+        return Err(io(err));
+    }
+    out.flush().map_err(io)?;
+    Ok(count)
+}

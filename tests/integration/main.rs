@@ -24,6 +24,7 @@ mod limits;
 mod nginx;
 mod package;
 mod players;
+mod plays;
 mod purge;
 mod regression;
 mod replay;

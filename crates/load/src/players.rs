@@ -83,6 +83,10 @@ pub struct PlayersOptions {
     /// Open files this process may have (a listener holds one): the caller raises the
     /// limit first, as a shell hands out only 1,024.
     pub open_files: u64,
+    /// Fetch in bounded ranges of this many bytes instead of one open-ended range.
+    pub chunk: Option<u64>,
+    /// Keep what every listener was sent of every track ([`PlayersReport::listens`]).
+    pub listens: bool,
 }
 
 /// One step of a ramp.
@@ -134,6 +138,9 @@ pub struct PlayersReport {
     /// Stalls, second by second.
     #[serde(skip)]
     pub(crate) stalls_by_second: Vec<f64>,
+    /// With `listens`: what every listener was sent, exchange by exchange.
+    #[serde(skip)]
+    pub listens: Vec<Heard>,
 }
 
 impl PlayersReport {
@@ -170,6 +177,7 @@ impl PlayersReport {
         }
         let mut plots = timeline_plots(&[("players", &self.timeline)]);
         plots.push(html::Plot {
+            x_unit: "s",
             title: "Listeners and stalls".into(),
             unit: "per second".into(),
             series: vec![
@@ -282,6 +290,8 @@ struct Results {
     errors_by_step: Vec<u64>,
     /// Stalls by the second of the run they were seen in.
     stalls_by_second: Vec<f64>,
+    /// With `listens`: every exchange's bytes.
+    heard: Vec<Heard>,
 }
 
 /// How one listener's life went.
@@ -334,6 +344,7 @@ pub async fn players(
             stalled_by_step: vec![Duration::ZERO; steps],
             errors_by_step: vec![0; steps],
             stalls_by_second: vec![0.0; shared_seconds(options.duration)],
+            heard: Vec::new(),
         }),
         options,
     });
@@ -424,6 +435,7 @@ pub async fn players(
             })
             .collect(),
         stalls_by_second: results.stalls_by_second.clone(),
+        listens: results.heard.clone(),
     })
 }
 
@@ -449,6 +461,8 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
     let mut rng = StdRng::seed_from_u64(index as u64 ^ 0x6d75_7369_6364);
     let rate = options.bitrate as f64 / 8.0;
     let stop_at = shared.stop_at;
+    // Each listener its own agent: a log then tells them apart, as it tells real players.
+    let agent = format!("musicctl-players/{index}");
     while Instant::now() < stop_at {
         let rank = shared.zipf.sample(&mut rng) as usize;
         let track = &shared.tracks[rank.clamp(1, shared.tracks.len()) - 1];
@@ -464,6 +478,7 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
                 host: &shared.host,
                 range: (options.probe == Probe::Range).then_some("bytes=0-1"),
                 read_at_most: None,
+                agent: &agent,
             };
             let outcome = client::exchange(shared.addr, &ask, options.timeout, |_, _| async {
                 Flow::Continue
@@ -493,37 +508,20 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let range = format!("bytes={offset}-");
-            let ask = Ask {
-                method: "GET",
-                target: &target,
-                host: &shared.host,
-                range: Some(&range),
-                read_at_most: None,
-            };
             let mut playback = Playback::new(rate, options.prebuffer, options.buffer, leave_after);
             let asked = Instant::now();
-            let outcome = client::exchange(shared.addr, &ask, options.timeout, |got, declared| {
-                let now = Instant::now();
-                let (flow, wait) = if now >= stop_at {
-                    (Flow::Stop, None)
-                } else {
-                    playback.arrived(got, declared, now)
-                };
-                let wait = wait.map(|w| w.min(stop_at.saturating_duration_since(now)));
-                async move {
-                    if let Some(wait) = wait {
-                        tokio::time::sleep(wait).await;
-                    }
-                    flow
-                }
-            })
-            .await;
-            let ok = record(shared, &outcome, life);
+            let stream = Stream {
+                shared,
+                agent: &agent,
+                track,
+                target: &target,
+                offset,
+            };
+            let (ok, transfer_length) = match options.chunk {
+                None => stream.open_ended(&mut playback, life).await,
+                Some(chunk) => stream.in_chunks(chunk.max(1), &mut playback, life).await,
+            };
             let now = Instant::now();
-            if ok {
-                playback.arrived(outcome.bytes, outcome.declared, now);
-            }
             let run_over = now >= stop_at;
             if run_over {
                 playback.finish(now);
@@ -558,7 +556,7 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
             if playback.left_early {
                 // A seek (anywhere in the track) or a skip (the next track).
                 let seek = seek_after.is_some_and(|s| Some(s) == leave_after);
-                let length = outcome.declared.map_or(0, |d| d + offset);
+                let length = transfer_length.map_or(0, |d| d + offset);
                 if seek && length > 0 {
                     offset = rng.random_range(0..length);
                     sought = true;
@@ -572,6 +570,149 @@ async fn listen_until_stopped(shared: &Shared, index: usize, life: &mut Life) {
             break;
         }
     }
+}
+
+/// One transfer of a track into a playback buffer, from `offset`.
+struct Stream<'a> {
+    shared: &'a Shared,
+    agent: &'a str,
+    track: &'a Track,
+    target: &'a str,
+    offset: u64,
+}
+
+impl Stream<'_> {
+    fn ask<'r>(&'r self, range: &'r str) -> Ask<'r> {
+        Ask {
+            method: "GET",
+            target: self.target,
+            host: &self.shared.host,
+            range: Some(range),
+            read_at_most: None,
+            agent: self.agent,
+        }
+    }
+
+    /// One open-ended request (`bytes=offset-`), read as the buffer has room, as browsers
+    /// and most desktop players do: whether it went well, and the transfer's length.
+    async fn open_ended(&self, playback: &mut Playback, life: &mut Life) -> (bool, Option<u64>) {
+        let stop_at = self.shared.stop_at;
+        let range = format!("bytes={}-", self.offset);
+        let ask = self.ask(&range);
+        let outcome = client::exchange(
+            self.shared.addr,
+            &ask,
+            self.shared.options.timeout,
+            |got, declared| {
+                let now = Instant::now();
+                let (flow, wait) = if now >= stop_at {
+                    (Flow::Stop, None)
+                } else {
+                    playback.arrived(got, declared, now)
+                };
+                let wait = wait.map(|w| w.min(stop_at.saturating_duration_since(now)));
+                async move {
+                    if let Some(wait) = wait {
+                        tokio::time::sleep(wait).await;
+                    }
+                    flow
+                }
+            },
+        )
+        .await;
+        let ok = record(self.shared, &outcome, life);
+        self.heard(self.offset, &outcome);
+        if ok {
+            playback.arrived(outcome.bytes, outcome.declared, Instant::now());
+        }
+        (ok, outcome.declared)
+    }
+
+    /// Bounded ranges of `chunk` bytes, each read whole, the next asked for once the
+    /// buffer has room for it, as AVPlayer and ExoPlayer fetch: a skip or a seek stops
+    /// between chunks, so the server sends exactly what the player read.
+    async fn in_chunks(
+        &self,
+        chunk: u64,
+        playback: &mut Playback,
+        life: &mut Life,
+    ) -> (bool, Option<u64>) {
+        let stop_at = self.shared.stop_at;
+        let mut got = 0u64;
+        let mut length: Option<u64> = None;
+        loop {
+            let from = self.offset + got;
+            let range = format!("bytes={from}-{}", from + chunk - 1);
+            let outcome = client::exchange(
+                self.shared.addr,
+                &self.ask(&range),
+                self.shared.options.timeout,
+                |_, _| async { Flow::Continue },
+            )
+            .await;
+            let ok = record(self.shared, &outcome, life);
+            self.heard(from, &outcome);
+            if !ok {
+                return (false, length);
+            }
+            got += outcome.bytes;
+            if outcome.status == Some(200) {
+                // The range was ignored: the whole file came at once.
+                length = Some(got);
+            } else if let Some(total) = outcome.total {
+                length = Some(total.saturating_sub(self.offset));
+            }
+            loop {
+                let now = Instant::now();
+                let (flow, wait) = playback.arrived(got, length, now);
+                let all_here = length.is_some_and(|length| got >= length);
+                if flow == Flow::Stop || now >= stop_at || all_here || outcome.bytes == 0 {
+                    return (true, length);
+                }
+                match wait {
+                    None => break,
+                    Some(wait) => {
+                        tokio::time::sleep(wait.min(stop_at.saturating_duration_since(now))).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Notes what this listener was sent of the track, for `--listens`.
+    fn heard(&self, start: u64, outcome: &Outcome) {
+        if !self.shared.options.listens || outcome.bytes == 0 {
+            return;
+        }
+        let mut results = self
+            .shared
+            .results
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        results.heard.push(Heard {
+            listener: self.agent.to_string(),
+            id: self.track.id.clone(),
+            start,
+            bytes: outcome.bytes,
+            status: outcome.status.unwrap_or(0),
+        });
+    }
+}
+
+/// What a listener was sent in one exchange (`--listens`): the ground truth a count of
+/// plays from the server's log is checked against.
+#[derive(Debug, Clone, Serialize)]
+pub struct Heard {
+    /// The listener's user agent.
+    pub listener: String,
+    /// The track.
+    pub id: String,
+    /// The first byte's offset in the file.
+    pub start: u64,
+    /// Body bytes read.
+    pub bytes: u64,
+    /// The status.
+    pub status: u16,
 }
 
 /// Counts an exchange; whether it went well (a 2xx or 3xx that completed).

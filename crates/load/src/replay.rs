@@ -276,6 +276,7 @@ pub async fn replay(
                             range: request.range.as_deref(),
                             // A 2xx cut short in the log is read as far as it went.
                             read_at_most: (200..300).contains(&request.status).then_some(request.bytes),
+                            agent: "musicctl",
                         };
                         let outcome = client::exchange(service.addr, &ask, timeout, |_, _| async { Flow::Continue }).await;
                         drop(permit);

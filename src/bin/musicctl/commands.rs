@@ -14,9 +14,9 @@ use musicd::admin::verify::Repairs;
 use musicd::admin::{self, Backends};
 use musicd::cli::Describe;
 use musicd::config::Config;
-use musicd_load::{players, replay};
+use musicd_load::{players, plays, replay};
 
-use crate::report::{Printed, Shown, Verify};
+use crate::report::{Counted, Printed, Shown, Verify};
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
@@ -61,6 +61,12 @@ pub(crate) enum Command {
     Players(Players),
     /// Show what Redis, MongoDB and the disk say about a track id.
     Resolve(Resolve),
+    /// Count plays in access logs (nginx/varnishncsa/musicd combined or musicd JSON, gzip
+    /// or plain): GET 200/206 track requests, probes, HEADs, 304s and bots dropped, one
+    /// listener's ranges of a track stitched within a window until they reach the header
+    /// plus --threshold of audio. Exit 0 counted, 1 some lines unreadable or a file cut
+    /// short, 2 could not run.
+    Plays(Plays),
 }
 
 impl Command {
@@ -84,6 +90,7 @@ impl Command {
             Command::Replay(command) => command.run(config).await,
             Command::Players(command) => command.run(config, backends).await,
             Command::Resolve(command) => command.run(backends).await,
+            Command::Plays(command) => command.run(config, Some(backends)).await,
             Command::Sign(_) | Command::Describe(_) => {
                 unreachable!("answered before the runtime starts")
             }
@@ -220,14 +227,22 @@ impl Import {
 #[derive(clap::Args)]
 pub(crate) struct List {
     /// At most this many.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "facts")]
     limit: Option<u64>,
+    /// Write JSON lines `{"id","size","bitrate","duration","audio_offset"}` instead: the
+    /// `--facts` file of `musicctl plays`.
+    #[arg(long)]
+    facts: bool,
 }
 
 impl List {
     async fn run(self, backends: &Backends) -> anyhow::Result<Shown> {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        admin::list::write_tsv(backends, self.limit, &mut out).await?;
+        if self.facts {
+            admin::list::write_facts(backends, &mut out).await?;
+        } else {
+            admin::list::write_tsv(backends, self.limit, &mut out).await?;
+        }
         Ok(Shown::new(Printed, false))
     }
 }
@@ -327,8 +342,9 @@ pub(crate) struct VerifyArgs {
     /// Print `{"checked", "counts", "findings"}` as JSON (no progress output).
     #[arg(long)]
     json: bool,
-    /// Make the safe repairs: remove stale cache entries, import orphans. Shows what
-    /// it would do unless `--yes` is given too.
+    /// Make the safe repairs: remove stale cache entries, import orphans, backfill the
+    /// `audio_offset` of documents imported without one. Shows what it would do unless
+    /// `--yes` is given too.
     #[arg(long)]
     fix: bool,
     /// With `--fix`: do it.
@@ -490,6 +506,14 @@ pub(crate) struct Players {
     /// Steps of --ramp.
     #[arg(long, default_value_t = 10)]
     ramp_steps: usize,
+    /// Fetch in bounded ranges of this many bytes (as AVPlayer and ExoPlayer do) instead
+    /// of one open-ended range per track.
+    #[arg(long)]
+    chunk: Option<u64>,
+    /// Write what every listener was sent to FILE, a JSON line per exchange
+    /// `{"listener","id","start","bytes","status"}`: the truth to check `plays` against.
+    #[arg(long)]
+    listens: Option<PathBuf>,
     #[command(flatten)]
     output: TrafficOutput,
 }
@@ -520,6 +544,8 @@ impl Players {
             prefix: config.track_prefix().to_string(),
             // A shell hands out 1,024 descriptors; each listener holds one.
             open_files: musicd::daemon::raise_open_files_limit().unwrap_or(1024),
+            chunk: self.chunk,
+            listens: self.listens.is_some(),
         };
         let json = self.output.json;
         // One core drives every listener: their own event loop, on a thread of their own.
@@ -539,6 +565,9 @@ impl Players {
         })
         .await??;
         self.output.write_page(|| report.html())?;
+        if let Some(path) = &self.listens {
+            write_json_lines(path, &report.listens)?;
+        }
         Ok(Shown::new(report, json))
     }
 }
@@ -572,4 +601,111 @@ fn parse_bitrate(text: &str) -> Result<u64, String> {
         Ok(value) if value.is_finite() && value * unit >= 1.0 => Ok((value * unit) as u64),
         _ => Err(format!("`{text}` is not a bitrate (320k, 1.4M, 320000)")),
     }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct Plays {
+    /// The logs, in any order: their lines are counted in time order.
+    #[arg(required = true)]
+    logs: Vec<PathBuf>,
+    /// Seconds of audio a play needs (IAB's podcast rule is 60s).
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    threshold: Duration,
+    /// `rolling`: 24 h from a listener's first request for a track; `calendar`: the UTC
+    /// day.
+    #[arg(long, value_enum, default_value_t = plays::Window::Rolling)]
+    window: plays::Window,
+    /// The logs' format (`auto`: decided per file from its first line).
+    #[arg(long, value_enum, default_value_t = plays::LogFormat::Auto)]
+    format: plays::LogFormat,
+    /// User agents to drop as bots besides the built-in list (a regex; repeatable).
+    #[arg(long = "exclude-ua", value_name = "REGEX")]
+    exclude_ua: Vec<regex::Regex>,
+    /// Tracks' facts from this file (`musicctl list --facts`) instead of the catalogue:
+    /// then neither MongoDB nor a configuration file is needed.
+    #[arg(long)]
+    facts: Option<PathBuf>,
+    /// Tracks in the table.
+    #[arg(long, default_value_t = 20)]
+    top: usize,
+    /// Print JSON.
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV: `day,id,plays,listeners,bytes`, a row per UTC day and track.
+    #[arg(long)]
+    csv: bool,
+    /// Also write a self-contained HTML page: plays per hour and the top tracks.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+impl Plays {
+    /// Whether it runs without MongoDB (its facts come from a file).
+    pub(crate) fn offline(&self) -> bool {
+        self.facts.is_some()
+    }
+
+    pub(crate) async fn run(
+        self,
+        config: &Config,
+        backends: Option<&Backends>,
+    ) -> anyhow::Result<Shown> {
+        let mut facts = plays::Facts::default();
+        match (&self.facts, backends) {
+            (Some(file), _) => facts = plays::Facts::read(file)?,
+            (None, Some(backends)) => {
+                admin::list::facts(backends, |track| {
+                    facts.insert(
+                        &track.id,
+                        plays::TrackFacts {
+                            size: track.size,
+                            bitrate: track.bitrate,
+                            duration: track.duration,
+                            audio_offset: track.audio_offset,
+                        },
+                    );
+                })
+                .await?;
+            }
+            (None, None) => anyhow::bail!("no --facts file and no catalogue"),
+        }
+        let options = plays::PlaysOptions {
+            threshold_s: self.threshold.as_secs_f64(),
+            window: self.window,
+            format: self.format,
+            exclude_agents: self.exclude_ua,
+            prefixes: config.route_prefixes.clone(),
+        };
+        let report = plays::plays(&self.logs, &facts, &options)?;
+        if let Some(path) = &self.report {
+            std::fs::write(path, report.html())
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        for error in &report.read_errors {
+            eprintln!("musicctl: {error}");
+        }
+        Ok(Shown::new(
+            Counted {
+                report,
+                top: self.top,
+                csv: self.csv,
+            },
+            self.json,
+        ))
+    }
+}
+
+/// Writes `items` to `path`, a JSON object per line.
+fn write_json_lines<T: serde::Serialize>(
+    path: &std::path::Path,
+    items: &[T],
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let writing = || format!("writing {}", path.display());
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(writing)?);
+    for item in items {
+        serde_json::to_writer(&mut out, item).with_context(writing)?;
+        out.write_all(b"\n").with_context(writing)?;
+    }
+    out.flush().with_context(writing)
 }

@@ -80,6 +80,29 @@ impl Report for Printed {
     }
 }
 
+/// `plays`' report: a table of the `top` tracks, or CSV rows.
+pub(crate) struct Counted {
+    pub(crate) report: musicd_load::plays::PlaysReport,
+    pub(crate) top: usize,
+    pub(crate) csv: bool,
+}
+
+impl Report for Counted {
+    fn text(&self) -> String {
+        if self.csv {
+            self.report.csv()
+        } else {
+            self.report.render(self.top)
+        }
+    }
+    fn json(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(&self.report)
+    }
+    fn exit_code(&self) -> u8 {
+        self.report.exit_code()
+    }
+}
+
 /// A report and how it was asked to be printed.
 pub(crate) struct Shown {
     pub(crate) report: Box<dyn Report>,

@@ -56,6 +56,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) range: Option<&'a str>,
     /// Read at most this many body bytes, then close (an abandoned download).
     pub(crate) read_at_most: Option<u64>,
+    /// The `User-Agent`.
+    pub(crate) agent: &'a str,
 }
 
 /// How an exchange went.
@@ -71,6 +73,8 @@ pub(crate) struct Outcome {
     pub(crate) bytes: u64,
     /// The body's declared length, if any.
     pub(crate) declared: Option<u64>,
+    /// The whole file's length, from a 206's `Content-Range`.
+    pub(crate) total: Option<u64>,
     /// Why it did not complete.
     pub(crate) error: Option<ErrorKind>,
 }
@@ -117,6 +121,7 @@ where
         latency: Duration::ZERO,
         bytes: 0,
         declared: None,
+        total: None,
         error: None,
     };
     let fail = |mut outcome: Outcome, kind: ErrorKind| {
@@ -130,8 +135,8 @@ where
     };
     let _ = stream.set_nodelay(true);
     let mut request = format!(
-        "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: musicctl\r\nConnection: close\r\n",
-        ask.method, ask.target, ask.host
+        "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nConnection: close\r\n",
+        ask.method, ask.target, ask.host, ask.agent
     );
     if let Some(range) = ask.range {
         request.push_str(&format!("Range: {range}\r\n"));
@@ -155,6 +160,13 @@ where
         match response.parse(&buffer) {
             Ok(httparse::Status::Complete(len)) => {
                 let status = response.code.unwrap_or(0);
+                outcome.total = response
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-range"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok())
+                    .and_then(|v| v.rsplit_once('/'))
+                    .and_then(|(_, total)| total.trim().parse().ok());
                 break (
                     len,
                     status,

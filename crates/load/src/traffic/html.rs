@@ -10,7 +10,7 @@ use std::fmt::Write;
 pub(crate) struct Series {
     /// Its name in the legend.
     pub(crate) name: String,
-    /// One value per second.
+    /// One value per step of the x axis.
     pub(crate) values: Vec<f64>,
 }
 
@@ -19,6 +19,8 @@ pub(crate) struct Series {
 pub(crate) struct Plot {
     /// What it shows.
     pub(crate) title: String,
+    /// What one step along the x axis is (`s`: a value per second).
+    pub(crate) x_unit: &'static str,
     /// The unit of its values.
     pub(crate) unit: String,
     /// Its lines.
@@ -95,7 +97,7 @@ fn svg(out: &mut String, plot: &Plot) {
 <line x1=\"{MARGIN}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#888\"/>\
 <line x1=\"{MARGIN}\" y1=\"{MARGIN}\" x2=\"{MARGIN}\" y2=\"{b}\" stroke=\"#888\"/>\n\
 <text x=\"4\" y=\"{t}\">{:.1}</text><text x=\"4\" y=\"{b}\">0 {}</text>\
-<text x=\"{MARGIN}\" y=\"{l}\">0 s</text><text x=\"{r2}\" y=\"{l}\">{} s</text>\n",
+<text x=\"{MARGIN}\" y=\"{l}\">0 {x}</text><text x=\"{r2}\" y=\"{l}\">{} {x}</text>\n",
         escape(&plot.title),
         top,
         escape(&plot.unit),
@@ -105,6 +107,7 @@ fn svg(out: &mut String, plot: &Plot) {
         r2 = WIDTH - MARGIN - 20.0,
         t = MARGIN + 4.0,
         l = HEIGHT - MARGIN + 16.0,
+        x = escape(plot.x_unit),
     );
     for (n, series) in plot.series.iter().enumerate() {
         let color = COLORS[n % COLORS.len()];
@@ -142,6 +145,7 @@ mod tests {
     #[test]
     fn the_page_holds_its_table_and_a_line_per_series_and_nothing_from_the_network() {
         let plots = [Plot {
+            x_unit: "s",
             title: "requests/s <all>".into(),
             unit: "req/s".into(),
             series: vec![Series {

@@ -155,7 +155,7 @@ fn unescape(text: &str) -> String {
 }
 
 /// `10/Oct/2000:13:55:36 -0700` in seconds since the epoch.
-fn clf_time(text: &str) -> Option<u64> {
+pub(crate) fn clf_time(text: &str) -> Option<u64> {
     let (stamp, zone) = text.split_once(' ').unwrap_or((text, "+0000"));
     let mut parts = stamp.splitn(4, [':', '/']);
     let day: i64 = parts.next()?.parse().ok()?;
@@ -191,7 +191,7 @@ fn clf_time(text: &str) -> Option<u64> {
 }
 
 /// `2026-12-01T08:35:23Z` (fractions of a second kept) in milliseconds since the epoch.
-fn iso_time_ms(text: &str) -> Option<u64> {
+pub(crate) fn iso_time_ms(text: &str) -> Option<u64> {
     let text = text.strip_suffix('Z')?;
     let (date, clock) = text.split_once('T')?;
     let mut date = date.split('-');

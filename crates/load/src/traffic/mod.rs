@@ -262,16 +262,19 @@ pub(crate) fn timeline_plots(sides: &[(&str, &[Second])]) -> Vec<html::Plot> {
     latency.extend(series(|s| s.p99_ms, " p99"));
     vec![
         html::Plot {
+            x_unit: "s",
             title: "Requests finished per second".into(),
             unit: "req/s".into(),
             series: series(|s| s.requests as f64, ""),
         },
         html::Plot {
+            x_unit: "s",
             title: "Latency of the requests finished each second".into(),
             unit: "ms".into(),
             series: latency,
         },
         html::Plot {
+            x_unit: "s",
             title: "Errors per second".into(),
             unit: "errors/s".into(),
             series: series(|s| s.errors as f64, ""),
