@@ -17,9 +17,11 @@
 #   has no HMAC, so it first asks musicd (the same URL with `X-Musicd-Authorize: 1`, a 204
 #   with no body, or musicd's own 403), and only on a 204 restarts into its cache. One
 #   track is cached once whatever signature asked for it (the hash leaves out `expires`,
-#   `kid` and `sig`), and an expired, tampered or unknown-key link, or an unsigned one
-#   when signing is required, is never answered from the cache. musicd's 204 is itself
-#   cached for that exact signed URL until the link expires (a minute at most), so a hit
+#   `kid`, `sig`, `sid` and `ip`), and an expired, tampered, unknown-key or revoked link,
+#   or an unsigned one when signing is required, is never answered from the cache.
+#   musicd's 204 is itself cached for that exact signed URL (and, for a link bound to an
+#   address, that client) until the link expires (a minute at most), and banned as soon
+#   as its session or key is revoked (`musicctl revoke`), so a hit
 #   costs a second lookup, not a round trip; the first request of each signature pays one
 #   small round trip (no lookup, no file: the signature check only). Without signing,
 #   remove the lines from `authorize: begin` to `authorize: end` to save even that.
@@ -81,13 +83,18 @@ sub vcl_recv {
 
 sub vcl_hash {
     if (req.http.X-Musicd-Authorize) {
-        # An authorization is for this URL, signature and all.
+        # An authorization is for this URL, signature and all; for a link bound to an
+        # address, for this client too (musicd checked the address it was asked from).
         hash_data("authorize");
         hash_data(req.url);
+        if (req.url ~ "[?&]ip=") {
+            hash_data(client.ip);
+        }
         return (lookup);
     }
-    # The link's signature is not part of the key: one copy per track, whatever signed it.
-    set req.http.X-Musicd-Key = regsuball(req.url, "[?&](expires|kid|sig)=[^&]*", "");
+    # The link's signature and binding are not part of the key: one copy per track,
+    # whatever signed it and for whom.
+    set req.http.X-Musicd-Key = regsuball(req.url, "[?&](expires|kid|sig|sid|ip)=[^&]*", "");
     set req.http.X-Musicd-Key = regsub(req.http.X-Musicd-Key, "^([^?]*)&", "\1?");
     hash_data(req.http.X-Musicd-Key);
     unset req.http.X-Musicd-Key;
@@ -100,9 +107,12 @@ sub vcl_hash {
 }
 
 sub vcl_backend_response {
-    # Kept on the object for bans, removed before delivery.
+    # Kept on the object for bans, removed before delivery. An authorization is kept as
+    # `authorize:{url}`: a revocation bans those (`^authorize:…sid=S`), a takedown the
+    # track's copy (`^/musicdb/ID`).
     set beresp.http.X-Musicd-Url = bereq.url;
     if (bereq.http.X-Musicd-Authorize) {
+        set beresp.http.X-Musicd-Url = "authorize:" + bereq.url;
         # Never served stale: an authorization ends when its link does. (This sub returns
         # before varnish's built-in one, so `no-store` is obeyed here.)
         set beresp.grace = 0s;

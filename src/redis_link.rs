@@ -380,6 +380,13 @@ fn parse_masters(nodes: &str, seed: &str) -> Vec<String> {
     masters
 }
 
+/// The channel an index (its key prefix) announces on: the ids the follower changed (the
+/// evictions, `catalog::evictions`) and the links revoked (`signing::revoked`), so one
+/// subscription per musicd hears both, in order.
+pub(crate) fn channel(prefix: &str) -> String {
+    format!("{prefix}evict")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,6 +119,7 @@ impl Server {
             config.redis.timeout,
             config.redis.prefix.clone(),
             Arc::clone(&app.state.resolver),
+            Arc::clone(&app.state.access.signing.revoked),
             Arc::clone(&app.state.evictions),
             stopped(stop_rx.clone()),
         ));
@@ -127,7 +128,10 @@ impl Server {
             None
         } else {
             match crate::follow::Follower::new(config, Arc::clone(&app.state.follower)).await {
-                Ok(follower) => Some(tokio::spawn(follower.run(stopped(stop_rx.clone())))),
+                Ok(follower) => {
+                    let follower = follower.hearing(Arc::clone(&app.state.access.signing.revoked));
+                    Some(tokio::spawn(follower.run(stopped(stop_rx.clone()))))
+                }
                 Err(err) => {
                     tracing::error!(error = %err, "the change-stream follower cannot start");
                     None

@@ -62,6 +62,30 @@ pub(crate) fn glob_regex(prefixes: &[String], key_prefix: &str, glob: &str) -> O
     Some(out)
 }
 
+/// The regex of the cached authorizations (`deploy/varnish.vcl` keeps musicd's 204 for a
+/// signed URL as `authorize:{url}`) of revoked links: `sid:S` and `kid:K` members, or `*`
+/// for every one.
+pub(crate) fn authorizations_regex(members: &[&str]) -> String {
+    if members.contains(&"*") {
+        return "^authorize:".to_string();
+    }
+    let values = |kind: &str| -> Vec<String> {
+        members
+            .iter()
+            .filter_map(|m| m.strip_prefix(kind))
+            .map(regex_escape)
+            .collect()
+    };
+    let mut alternatives = Vec::new();
+    for (kind, name) in [("sid:", "sid"), ("kid:", "kid")] {
+        let values = values(kind);
+        if !values.is_empty() {
+            alternatives.push(format!("{name}=({})", values.join("|")));
+        }
+    }
+    format!("^authorize:[^?]*\\?(.*&)?({})(&|$)", alternatives.join("|"))
+}
+
 fn prefix_group(prefixes: &[String]) -> String {
     let alternatives: Vec<String> = prefixes.iter().map(|p| regex_escape(p)).collect();
     format!("^({})/", alternatives.join("|"))

@@ -10,6 +10,7 @@ pub mod progress;
 pub mod purge;
 pub mod reindex;
 pub mod resolve;
+pub mod revoke;
 pub mod sign;
 pub mod verify;
 

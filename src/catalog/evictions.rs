@@ -35,6 +35,7 @@ use mongodb::bson::oid::ObjectId;
 use super::Resolver;
 use crate::config::RedisTarget;
 use crate::redis_link::RedisLink;
+use crate::signing::Revoked;
 
 /// How often a live subscription proves it is live.
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
@@ -56,9 +57,7 @@ const RETRY: Duration = Duration::from_millis(500);
 pub(crate) const EVERYTHING: &str = "*";
 
 /// The channel of an index (its key prefix).
-pub(crate) fn channel(prefix: &str) -> String {
-    format!("{prefix}evict")
-}
+pub(crate) use crate::redis_link::channel;
 
 /// The subscription's state and counters, for `/readyz` and `/metrics`.
 #[derive(Debug, Default)]
@@ -148,9 +147,12 @@ pub(crate) async fn heartbeat(
     .await
 }
 
-/// Applies one message to `resolver`.
-fn apply(message: &[u8], resolver: &Resolver, status: &EvictionStatus) {
+/// Applies one message to `resolver`, or to `revoked` when it is a revocation's.
+fn apply(message: &[u8], resolver: &Resolver, revoked: &Revoked, status: &EvictionStatus) {
     let text = String::from_utf8_lossy(message);
+    if revoked.apply(&text) {
+        return;
+    }
     if text.trim() == EVERYTHING {
         resolver.clear();
         status.clears.fetch_add(1, Ordering::Relaxed);
@@ -173,9 +175,30 @@ pub(crate) async fn follow(
     timeout: Duration,
     prefix: String,
     resolver: Arc<Resolver>,
+    revoked: Arc<Revoked>,
     status: Arc<EvictionStatus>,
     stop: impl Future<Output = ()>,
 ) {
+    // Reads the revocations again (on a subscription, and when hearing resumes).
+    let link = RedisLink::new(&target, timeout).ok().map(Arc::new);
+    let reload = {
+        let (revoked, prefix) = (Arc::clone(&revoked), prefix.clone());
+        move || {
+            let Some(link) = link.clone() else { return };
+            let (revoked, prefix) = (Arc::clone(&revoked), prefix.clone());
+            tokio::spawn(async move {
+                match revoked
+                    .reload(&link, &prefix, crate::timing::unix_secs())
+                    .await
+                {
+                    Ok(count) => tracing::debug!(count, "revocations loaded"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "revocations could not be loaded; those announced from now on still apply")
+                    }
+                }
+            });
+        }
+    };
     let mut stop = std::pin::pin!(stop);
     let nodes: Vec<String> = match &target {
         RedisTarget::Single(url) => vec![url.clone()],
@@ -188,7 +211,7 @@ pub(crate) async fn follow(
         next += 1;
         tokio::select! {
             () = &mut stop => break,
-            why = subscribed(node, &channel, timeout, &resolver, &status) => {
+            why = subscribed(node, &channel, timeout, &resolver, &revoked, &status, &reload) => {
                 resolver.local().set_pushed(false);
                 if let Ok(mut last) = status.last_error.lock() {
                     last.clone_from(&why);
@@ -214,7 +237,9 @@ async fn subscribed(
     channel: &str,
     timeout: Duration,
     resolver: &Resolver,
+    revoked: &Revoked,
     status: &EvictionStatus,
+    reload_revocations: &impl Fn(),
 ) -> String {
     let connect = async {
         let client = redis::Client::open(node)?;
@@ -230,14 +255,21 @@ async fn subscribed(
     if !status.subscribed.swap(true, Ordering::Relaxed) {
         tracing::info!(node, channel, "evictions subscribed");
     }
+    // Subscribed first, read second: a revocation announced meanwhile is heard.
+    reload_revocations();
     // Entries live their configured TTL only while messages are heard (the follower's
     // heartbeat at least); whatever was published while nobody listened is lost, so
     // answers kept meanwhile (1 s at most) are cleared when hearing resumes with a longer
     // TTL. With the default 1 s TTL nothing changes, and nothing is thrown away.
-    let hear = |heard: &mut Option<std::time::Instant>| {
+    let mut silenced = false;
+    let hear = |heard: &mut Option<std::time::Instant>, silenced: &mut bool| {
         if heard.is_none() && resolver.local().ttl() > super::local::UNPUSHED_TTL {
             resolver.clear();
             status.clears.fetch_add(1, Ordering::Relaxed);
+        }
+        // Revocations announced during the silence were lost: read them again.
+        if std::mem::take(silenced) {
+            reload_revocations();
         }
         *heard = Some(std::time::Instant::now());
         resolver.local().set_pushed(true);
@@ -250,8 +282,8 @@ async fn subscribed(
         tokio::select! {
             message = messages.next() => match message {
                 Some(message) => {
-                    hear(&mut heard);
-                    apply(message.get_payload_bytes(), resolver, status);
+                    hear(&mut heard, &mut silenced);
+                    apply(message.get_payload_bytes(), resolver, revoked, status);
                 }
                 None => return "the connection closed".into(),
             },
@@ -263,6 +295,7 @@ async fn subscribed(
                 }
                 if heard.is_some_and(|at| at.elapsed() > SILENCE) {
                     heard = None;
+                    silenced = true;
                     resolver.local().set_pushed(false);
                 }
             }
@@ -295,12 +328,12 @@ mod tests {
             local.put(*id, Local::Absent, local.epoch(id));
         }
         let message = format!("{} {} not-an-id", ids[0].to_hex(), ids[1].to_hex());
-        apply(message.as_bytes(), &resolver, &status);
+        apply(message.as_bytes(), &resolver, &Revoked::default(), &status);
         assert_eq!(local.get(&ids[0], Instant::now()), None);
         assert_eq!(local.get(&ids[1], Instant::now()), None);
         assert_eq!(local.get(&ids[2], Instant::now()), Some(Local::Absent));
         assert_eq!(status.evicted(), 2);
-        apply(b"*", &resolver, &status);
+        apply(b"*", &resolver, &Revoked::default(), &status);
         assert!(local.is_empty());
         assert_eq!(status.clears(), 1);
     }

@@ -117,3 +117,6 @@ pub(crate) const ZERO_COPY: bool = true;
 pub(crate) const PROXY_PROTOCOL: bool = false;
 /// Default of `signing.required`.
 pub(crate) const SIGNING_REQUIRED: bool = false;
+/// Default of `signing.revocation_ttl`: how long a revocation lasts, and so the longest a
+/// session-bound link may live.
+pub(crate) const SIGNING_REVOCATION_TTL: &str = "30d";

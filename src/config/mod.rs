@@ -111,6 +111,9 @@ pub(crate) struct SigningConfig {
     pub(crate) required: bool,
     /// Key ids and their secrets (read from their files at load).
     pub(crate) keys: Vec<(String, Vec<u8>)>,
+    /// How long a revocation lasts unless told otherwise; no session-bound link may live
+    /// longer.
+    pub(crate) revocation_ttl: Duration,
 }
 
 /// CORS for web players.

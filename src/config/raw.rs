@@ -68,6 +68,7 @@ pub(super) enum RawDuration {
 pub(super) struct RawSigning {
     pub(super) required: Option<bool>,
     pub(super) keys: Option<Vec<RawKey>>,
+    pub(super) revocation_ttl: Option<RawDuration>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -472,7 +472,24 @@ impl RawSigning {
                 "signing is required but no key is configured".into(),
             ));
         }
-        Ok(SigningConfig { required, keys })
+        let revocation_ttl = duration(
+            self.revocation_ttl,
+            SIGNING_REVOCATION_TTL,
+            "signing.revocation_ttl",
+            err_at,
+        )?;
+        if !(Duration::from_secs(60)..=Duration::from_secs(366 * 86_400)).contains(&revocation_ttl)
+        {
+            return Err(err_at(
+                "signing.revocation_ttl",
+                "must be from 1 minute to a year".into(),
+            ));
+        }
+        Ok(SigningConfig {
+            required,
+            keys,
+            revocation_ttl,
+        })
     }
 }
 
@@ -520,25 +537,32 @@ fn shutdown(
     drain_delay: Option<RawDuration>,
     err_at: ErrAt<'_>,
 ) -> Result<ShutdownConfig, ConfigError> {
-    let text = match drain_delay {
-        // A bare number is seconds, as the `_secs` keys.
-        Some(RawDuration::Secs(secs)) => {
-            return shutdown_within_bounds(Duration::from_secs(secs), err_at);
-        }
+    let drain_delay = duration(
+        drain_delay,
+        SHUTDOWN_DRAIN_DELAY,
+        "shutdown.drain_delay",
+        err_at,
+    )?;
+    shutdown_within_bounds(drain_delay, err_at)
+}
+
+/// A duration key: a bare number is seconds (as the `_secs` keys), text is "5s", "30d".
+fn duration(
+    raw: Option<RawDuration>,
+    default: &str,
+    key: &str,
+    err_at: ErrAt<'_>,
+) -> Result<Duration, ConfigError> {
+    let text = match raw {
+        Some(RawDuration::Secs(secs)) => return Ok(Duration::from_secs(secs)),
         Some(RawDuration::Text(text)) => text,
-        None => SHUTDOWN_DRAIN_DELAY.into(),
+        None => default.into(),
     };
     let parsed = match text.trim().parse::<u64>() {
         Ok(secs) => Ok(Duration::from_secs(secs)),
         Err(_) => humantime::parse_duration(text.trim()),
     };
-    let drain_delay = parsed.map_err(|e| {
-        err_at(
-            "shutdown.drain_delay",
-            format!("`{text}` is not a duration like \"5s\": {e}"),
-        )
-    })?;
-    shutdown_within_bounds(drain_delay, err_at)
+    parsed.map_err(|e| err_at(key, format!("`{text}` is not a duration like \"5s\": {e}")))
 }
 
 fn shutdown_within_bounds(

@@ -67,6 +67,9 @@ type Queued = (u64, Instant);
 struct Pending {
     /// Waiting to be sent: id -> when first queued.
     ids: HashMap<ObjectId, Queued>,
+    /// Revoked links whose cached authorizations must go: `sid:S`, `kid:K`, or `*` (every
+    /// authorization) -> when first queued.
+    links: HashMap<String, Queued>,
     /// Every track URL, waiting.
     everything: Option<Queued>,
     /// The batch being sent now: still owed until its cache answers, so it counts for
@@ -79,28 +82,31 @@ struct Pending {
 enum Batch {
     Ids(Vec<(ObjectId, Queued)>),
     Everything(Queued),
+    /// Cached authorizations of revoked links.
+    Links(Vec<(String, Queued)>),
 }
 
 impl Batch {
-    fn queued(&self) -> impl Iterator<Item = Queued> + '_ {
-        let (ids, everything) = match self {
-            Batch::Ids(ids) => (Some(ids.iter().map(|(_, q)| *q)), None),
-            Batch::Everything(q) => (None, Some(*q)),
-        };
-        ids.into_iter().flatten().chain(everything)
+    fn queued(&self) -> Vec<Queued> {
+        match self {
+            Batch::Ids(ids) => ids.iter().map(|(_, q)| *q).collect(),
+            Batch::Everything(q) => vec![*q],
+            Batch::Links(links) => links.iter().map(|(_, q)| *q).collect(),
+        }
     }
 }
 
 impl Pending {
     /// Nothing waits to be sent (a batch may be under way).
     fn is_empty(&self) -> bool {
-        self.ids.is_empty() && self.everything.is_none()
+        self.ids.is_empty() && self.everything.is_none() && self.links.is_empty()
     }
 
     fn all_queued(&self) -> impl Iterator<Item = Queued> + '_ {
         self.ids
             .values()
             .copied()
+            .chain(self.links.values().copied())
             .chain(self.everything)
             .chain(self.sending.iter().flat_map(Batch::queued))
     }
@@ -115,9 +121,10 @@ impl Pending {
         let sending = match &self.sending {
             Some(Batch::Ids(ids)) => ids.len(),
             Some(Batch::Everything(_)) => 1,
+            Some(Batch::Links(links)) => links.len(),
             None => 0,
         };
-        self.ids.len() + usize::from(self.everything.is_some()) + sending
+        self.ids.len() + self.links.len() + usize::from(self.everything.is_some()) + sending
     }
 
     /// Adds an id; past [`MAX_PENDING`] everything is banned instead.
@@ -131,6 +138,16 @@ impl Pending {
         *entry = earliest(*entry, queued);
         if self.ids.len() > MAX_PENDING {
             self.replace_with_everything(queued);
+        }
+    }
+
+    /// Adds a revoked link's authorizations; past [`MAX_PENDING`], every authorization.
+    fn add_link(&mut self, member: String, queued: Queued) {
+        let entry = self.links.entry(member).or_insert(queued);
+        *entry = earliest(*entry, queued);
+        if self.links.len() > MAX_PENDING {
+            let oldest = self.links.drain().map(|(_, q)| q).fold(queued, earliest);
+            self.links.insert(EVERY_AUTHORIZATION.to_string(), oldest);
         }
     }
 
@@ -154,15 +171,28 @@ impl Pending {
                     self.add(id, queued);
                 }
             }
+            Batch::Links(links) => {
+                for (member, queued) in links {
+                    self.add_link(member, queued);
+                }
+            }
         }
     }
 
-    /// What is owed, as Redis set members (`*` for everything).
+    /// What is owed, as Redis set members (`*` for everything, `link:…` for a revoked
+    /// link's authorizations).
     fn members(&self) -> Vec<String> {
+        let mut links: Vec<String> = self.links.keys().cloned().collect();
+        if let Some(Batch::Links(sending)) = &self.sending {
+            links.extend(sending.iter().map(|(member, _)| member.clone()));
+        }
+        let links = links.into_iter().map(|member| format!("{LINK}{member}"));
         let everything =
             self.everything.is_some() || matches!(self.sending, Some(Batch::Everything(_)));
         if everything {
-            return vec![crate::catalog::evictions::EVERYTHING.to_string()];
+            return std::iter::once(crate::catalog::evictions::EVERYTHING.to_string())
+                .chain(links)
+                .collect();
         }
         let sending = match &self.sending {
             Some(Batch::Ids(ids)) => ids.iter().map(|(id, _)| *id).collect(),
@@ -173,6 +203,7 @@ impl Pending {
             .copied()
             .chain(sending)
             .map(|id| id.to_hex())
+            .chain(links)
             .collect()
     }
 }
@@ -205,7 +236,14 @@ pub(crate) struct HttpCache {
 enum Echo {
     Ids(Vec<ObjectId>),
     Everything,
+    Links(Vec<String>),
 }
+
+/// The handover member prefix of a revoked link's authorizations.
+const LINK: &str = "link:";
+
+/// A link member that stands for every cached authorization.
+pub(crate) const EVERY_AUTHORIZATION: &str = "*";
 
 impl HttpCache {
     fn new(url: &str) -> HttpCache {
@@ -256,6 +294,11 @@ impl HttpCache {
                 Echo::Ids(ids) => {
                     for id in ids {
                         pending.add(id, (ECHO_SEQ, now));
+                    }
+                }
+                Echo::Links(links) => {
+                    for member in links {
+                        pending.add_link(member, (ECHO_SEQ, now));
                     }
                 }
             }
@@ -354,6 +397,12 @@ impl Banner {
         self.queue_with(Pending::replace_with_everything);
     }
 
+    /// Queues a ban of the cached authorizations of a revoked link: `sid:S`, `kid:K`, or
+    /// [`EVERY_AUTHORIZATION`].
+    pub(crate) fn queue_link(&self, member: &str) {
+        self.queue_with(|pending, queued| pending.add_link(member.to_string(), queued));
+    }
+
     /// Gives the next sequence number to `add` in every cache's queue, and wakes them.
     fn queue_with(&self, add: impl Fn(&mut Pending, Queued)) {
         if self.caches.is_empty() {
@@ -430,6 +479,9 @@ impl Banner {
     /// follower each time it takes the lease: the copy stays in Redis until the cache
     /// took everything, so a follower that dies meanwhile leaves it to the next.
     pub(crate) async fn take_over(&self, link: &RedisLink, prefix: &str) {
+        // A link revoked while no follower held the lease was banned by nobody: every
+        // cached authorization goes (each costs its link one small round trip).
+        self.queue_link(EVERY_AUTHORIZATION);
         for cache in &self.caches {
             let key = handover_key(prefix, &cache.url);
             let members: Result<Vec<String>, _> = link
@@ -455,6 +507,8 @@ impl Banner {
                 for member in members {
                     if member == crate::catalog::evictions::EVERYTHING {
                         pending.replace_with_everything(queued);
+                    } else if let Some(link) = member.strip_prefix(LINK) {
+                        pending.add_link(link.to_string(), queued);
                     } else if let Ok(id) = ObjectId::parse_str(&member) {
                         pending.add(id, queued);
                     }
@@ -584,6 +638,17 @@ impl Banner {
             }
             let batch = match pending.everything.take() {
                 Some(queued) => Batch::Everything(queued),
+                // Revocations before takedowns: a revoked link must stop within a second.
+                None if !pending.links.is_empty() => {
+                    let members: Vec<String> =
+                        pending.links.keys().take(IDS_PER_BAN).cloned().collect();
+                    Batch::Links(
+                        members
+                            .into_iter()
+                            .filter_map(|m| pending.links.remove(&m).map(|q| (m, q)))
+                            .collect(),
+                    )
+                }
                 None => {
                     let ids: Vec<ObjectId> =
                         pending.ids.keys().take(IDS_PER_BAN).copied().collect();
@@ -603,6 +668,10 @@ impl Banner {
                 let hex: Vec<String> = ids.iter().map(|(id, _)| id.to_hex()).collect();
                 crate::varnish::ids_regex(&self.prefixes, &hex)
             }
+            Batch::Links(links) => {
+                let members: Vec<&str> = links.iter().map(|(m, _)| m.as_str()).collect();
+                crate::varnish::authorizations_regex(&members)
+            }
         };
         let outcome = crate::varnish::ban(&cache.url, &regex, BAN_TIMEOUT).await;
         let mut pending = cache.pending();
@@ -611,7 +680,10 @@ impl Banner {
             Ok(status) if crate::varnish::taken(status) => {
                 drop(pending);
                 cache.sent.fetch_add(1, Ordering::Relaxed);
-                let owed = batch.queued().filter(|(seq, _)| *seq != ECHO_SEQ);
+                let owed = batch
+                    .queued()
+                    .into_iter()
+                    .filter(|(seq, _)| *seq != ECHO_SEQ);
                 if let Some(oldest) = owed.map(|(_, at)| at).min() {
                     let lag = u64::try_from(oldest.elapsed().as_micros()).unwrap_or(u64::MAX);
                     cache.lag_us.store(lag, Ordering::Relaxed);
@@ -625,6 +697,14 @@ impl Banner {
                             .map(|(id, _)| id)
                             .collect();
                         (!ids.is_empty()).then_some(Echo::Ids(ids))
+                    }
+                    Batch::Links(links) => {
+                        let links: Vec<String> = links
+                            .into_iter()
+                            .filter(|(_, (seq, _))| *seq != ECHO_SEQ)
+                            .map(|(member, _)| member)
+                            .collect();
+                        (!links.is_empty()).then_some(Echo::Links(links))
                     }
                 };
                 if let Some(echo) = echo {

@@ -298,6 +298,9 @@ pub struct Follower {
     config: Config,
     status: Arc<FollowerStatus>,
     owner: String,
+    /// The revocations this process hears (a daemon's own); `None`: the follower listens
+    /// for them itself (`musicctl watch`).
+    revoked: Option<Arc<crate::signing::Revoked>>,
 }
 
 impl Follower {
@@ -312,7 +315,15 @@ impl Follower {
             config: config.clone(),
             status,
             owner: owner_id(),
+            revoked: None,
         })
+    }
+
+    /// Bans the authorizations of the links revoked as `revoked` hears them (the daemon's
+    /// own set), instead of listening for revocations itself.
+    pub(crate) fn hearing(mut self, revoked: Arc<crate::signing::Revoked>) -> Follower {
+        self.revoked = Some(revoked);
+        self
     }
 
     /// Its owner id in the lease.
@@ -332,6 +343,10 @@ impl Follower {
             let _ = stopping.send(true);
         };
         let mut stopped = stopped;
+        let until_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        };
+        let revocations = self.ban_revocations(until_stopped(stopped.clone()));
         let bans = self.status.bans.run(
             self.backends.cache.link(),
             self.backends.cache.prefix(),
@@ -340,7 +355,58 @@ impl Follower {
                 let _ = stopped.wait_for(|stop| *stop).await;
             },
         );
-        tokio::join!(follow, bans);
+        tokio::join!(follow, bans, revocations);
+    }
+
+    /// While this process holds the lease, bans in the caches in front the authorizations
+    /// of every link revoked: a cache keeps musicd's 204 for a signed URL up to a minute.
+    /// A follower taking the lease bans every authorization once (in [`Banner::take_over`]):
+    /// what was revoked while nobody followed is covered too.
+    async fn ban_revocations(&self, stop: impl Future<Output = ()>) {
+        if self.config.ban_urls.is_empty() {
+            return;
+        }
+        let revoked = match &self.revoked {
+            Some(revoked) => Arc::clone(revoked),
+            None => {
+                let revoked = Arc::new(crate::signing::Revoked::default());
+                let Ok(backends) = Backends::new(&self.config).await else {
+                    return;
+                };
+                let (resolver, _) = backends.resolver(&self.config);
+                tokio::spawn(crate::catalog::evictions::follow(
+                    self.config.redis.target.clone(),
+                    self.config.redis.timeout,
+                    self.config.redis.prefix.clone(),
+                    Arc::new(resolver),
+                    Arc::clone(&revoked),
+                    Arc::default(),
+                    std::future::pending(),
+                ));
+                revoked
+            }
+        };
+        let mut heard = revoked.changes();
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            let member = tokio::select! {
+                () = &mut stop => return,
+                member = heard.recv() => member,
+            };
+            let holding = matches!(
+                self.status.state(),
+                FollowerState::Following | FollowerState::Rebuilding
+            );
+            match member {
+                Ok(member) if holding => self.status.bans.queue_link(&member),
+                Ok(_) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) if holding => {
+                    self.status.bans.queue_link(bans::EVERY_AUTHORIZATION);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
     }
 
     async fn follow_until(&self, stop: impl Future<Output = ()>) {

@@ -67,6 +67,56 @@ impl TrustedProxies {
     }
 }
 
+/// The forwarding headers of a request head, as they are met: the last four
+/// `X-Forwarded-For` lines (their right end is what trusted proxies wrote) and the first
+/// `X-Real-IP`.
+#[derive(Default)]
+pub(crate) struct Forwarded<'h> {
+    lines: [&'h [u8]; 4],
+    count: usize,
+    real_ip: Option<&'h [u8]>,
+}
+
+impl<'h> Forwarded<'h> {
+    /// Notes a header; false when it is not a forwarding one.
+    pub(crate) fn note(&mut self, name: &[u8], value: &'h [u8]) -> bool {
+        if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            if self.count == self.lines.len() {
+                self.lines.rotate_left(1);
+                self.count -= 1;
+            }
+            self.lines[self.count] = value;
+            self.count += 1;
+            true
+        } else if name.eq_ignore_ascii_case(b"x-real-ip") {
+            self.real_ip.get_or_insert(value);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The client of a request from `peer` with these headers.
+    pub(crate) fn client(&self, peer: IpAddr, proxies: &TrustedProxies) -> IpAddr {
+        proxies.client(
+            peer,
+            &self.lines[..self.count],
+            self.real_ip.filter(|ip| !ip.is_empty()),
+        )
+    }
+}
+
+impl TrustedProxies {
+    /// The client of `request`: its peer, or whom trusted proxies forwarded it for.
+    pub(crate) fn client_of(&self, request: &crate::http::service::Request<'_>) -> IpAddr {
+        let mut forwarded = Forwarded::default();
+        for (name, value) in request.headers() {
+            forwarded.note(name, value);
+        }
+        forwarded.client(request.peer, self)
+    }
+}
+
 /// An IPv4-mapped IPv6 address (from a dual-stack socket) as the IPv4 address it is.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {

@@ -100,7 +100,9 @@ async fn track_route(app: &App, id: String, request: &Request<'_>) -> Dispatched
             let mut file_request = FileRequest::read(request);
             file_request.download = access.as_ref().is_some_and(|a| a.download);
             let link = access.as_ref().map(|a| a.link.clone()).unwrap_or_default();
-            let (outcome, mut answer) = track::answer(&app.state, id, file_request, &link).await;
+            let client = || rules.trusted_proxies.client_of(request);
+            let (outcome, mut answer) =
+                track::answer(&app.state, id, file_request, &link, client).await;
             rules.cors.decorate(origin, &mut answer.headers);
             return Dispatched {
                 route: Route::Track,

@@ -474,6 +474,17 @@ pub(crate) fn render_evictions(
     );
 }
 
+/// Revoked sessions this process holds (`crate::signing::revoked`).
+pub(crate) fn render_revoked(out: &mut String, sessions: usize) {
+    single(
+        out,
+        "musicd_revoked_sessions",
+        "gauge",
+        "Revoked sessions held in memory (ended ones until the next reload).",
+        sessions,
+    );
+}
+
 /// Lookups waiting on MongoDB: at most 1,024, and at most 8 while it hangs.
 pub(crate) fn render_mongodb_waiting(out: &mut String, waiting: usize) {
     single(

@@ -155,6 +155,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     super::metrics::render_file_checks(&mut text, &state.files.cache);
     super::metrics::render_follower(&mut text, &state.follower);
     super::metrics::render_evictions(&mut text, &state.evictions);
+    super::metrics::render_revoked(&mut text, state.access.signing.revoked.sessions());
     super::metrics::render_mongodb_waiting(&mut text, state.resolver.store().waiting());
     if let Some(log) = &state.access_log {
         let (written, dropped) = log.lines();

@@ -5,6 +5,7 @@
 //! and answers from the file cache or from the disk ([`super::file`]). Failures become
 //! their JSON answers here, through `ApiError`.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use mongodb::bson::oid::ObjectId;
@@ -23,8 +24,9 @@ pub(crate) async fn answer(
     id: String,
     request: FileRequest,
     link: &LinkParams,
+    client: impl FnOnce() -> IpAddr,
 ) -> (CacheOutcome, Answer) {
-    let (outcome, result) = resolve_and_serve(state, id, request, link).await;
+    let (outcome, result) = resolve_and_serve(state, id, request, link, client).await;
     (outcome, result.unwrap_or_else(ApiError::into_answer))
 }
 
@@ -33,13 +35,14 @@ async fn resolve_and_serve(
     id: String,
     request: FileRequest,
     link: &LinkParams,
+    client: impl FnOnce() -> IpAddr,
 ) -> (CacheOutcome, Result<Answer, ApiError>) {
     let Some(oid) = parse_track_id(&id) else {
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
     // Before any lookup: a refused link costs no Redis or MongoDB query.
     let now = unix_secs();
-    if let Err(source) = state.access.signing.check(&oid, link, now) {
+    if let Err(source) = state.access.signing.check(&oid, link, now, client) {
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
     }
     if request.authorize_only {

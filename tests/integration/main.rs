@@ -29,6 +29,7 @@ mod purge;
 mod regression;
 mod replay;
 mod resolver_faults;
+mod revoke;
 mod rollout;
 mod supervisor;
 mod truth;

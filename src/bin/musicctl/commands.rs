@@ -33,8 +33,13 @@ pub(crate) enum Command {
     Import(Import),
     /// List tracks (id, path), in id order.
     List(List),
-    /// Print a signed, expiring URL for a track (keys from the `[signing]` table).
+    /// Print a signed, expiring URL for a track (keys from the `[signing]` table), bound
+    /// to a session (--sid) or an address (--ip) if asked.
     Sign(Sign),
+    /// Take back every link of a session (--sid) or of a signing key (--kid) at every
+    /// musicd and in the caches in front within a second; --list, --remove. Exit 0 done,
+    /// 2 could not (no Redis).
+    Revoke(Revoke),
     /// Cut-over check: fetch tracks from musicd and from another server with the same URL
     /// scheme (the old service) and compare status, length, type and body. Exit 0 when
     /// they agree, 1 when not.
@@ -91,6 +96,7 @@ impl Command {
             Command::Players(command) => command.run(config, backends).await,
             Command::Resolve(command) => command.run(backends).await,
             Command::Plays(command) => command.run(config, Some(backends)).await,
+            Command::Revoke(command) => command.run(config, backends).await,
             Command::Sign(_) | Command::Describe(_) => {
                 unreachable!("answered before the runtime starts")
             }
@@ -263,6 +269,12 @@ pub(crate) struct Sign {
     /// A cosmetic file name to end the path with (not signed).
     #[arg(long)]
     name: Option<String>,
+    /// Bind the link to a session: `musicctl revoke --sid` takes every link of it back.
+    #[arg(long)]
+    sid: Option<String>,
+    /// Bind the link to an address (an IPv6 one binds its /64) or a CIDR network.
+    #[arg(long)]
+    ip: Option<String>,
 }
 
 impl Sign {
@@ -272,14 +284,79 @@ impl Sign {
         let url = admin::sign::signed_url(
             config,
             &self.id,
-            ttl,
-            self.kid.as_deref(),
-            self.base.as_deref(),
-            self.name.as_deref(),
+            &admin::sign::LinkOptions {
+                ttl_secs: ttl,
+                kid: self.kid.as_deref(),
+                base: self.base.as_deref(),
+                name: self.name.as_deref(),
+                sid: self.sid.as_deref(),
+                ip: self.ip.as_deref(),
+            },
         )?;
         println!("{url}");
         Ok(Shown::new(Printed, false))
     }
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["sid", "kid", "list"])))]
+pub(crate) struct Revoke {
+    /// The session whose links to take back.
+    #[arg(long)]
+    sid: Option<String>,
+    /// The signing key whose links to take back (a compromised key, retired at once).
+    #[arg(long)]
+    kid: Option<String>,
+    /// Until when: a duration from now (7d, 12h) or a time (2026-12-31T00:00:00Z).
+    /// Default: signing.revocation_ttl, the longest a session link may live.
+    #[arg(long, conflicts_with_all = ["list", "remove"])]
+    until: Option<String>,
+    /// End the revocation of --sid or --kid now.
+    #[arg(long, conflicts_with = "list")]
+    remove: bool,
+    /// List the revocations in force.
+    #[arg(long)]
+    list: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Revoke {
+    async fn run(self, config: &Config, backends: &Backends) -> anyhow::Result<Shown> {
+        use musicd::admin::revoke::{self, RevokeAction};
+        let subject = match (&self.sid, &self.kid) {
+            (Some(sid), _) => format!("sid:{sid}"),
+            (None, Some(kid)) => format!("kid:{kid}"),
+            (None, None) => String::new(),
+        };
+        let action = if self.list {
+            RevokeAction::List
+        } else if self.remove {
+            RevokeAction::Remove { subject }
+        } else {
+            let until = self.until.as_deref().map(parse_until).transpose()?;
+            RevokeAction::Add { subject, until }
+        };
+        let report = revoke::revoke(config, backends, action).await?;
+        Ok(Shown::new(report, self.json))
+    }
+}
+
+/// `--until`: a duration from now or an RFC 3339 time, as Unix seconds.
+fn parse_until(text: &str) -> anyhow::Result<u64> {
+    let now = std::time::SystemTime::now();
+    let at = match humantime::parse_duration(text) {
+        Ok(after) => now + after,
+        Err(_) => humantime::parse_rfc3339_weak(text).map_err(|_| {
+            anyhow::anyhow!(
+                "--until `{text}` is neither a duration (7d) nor a time (2026-12-31T00:00:00Z)"
+            )
+        })?,
+    };
+    Ok(at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()))
 }
 
 #[derive(clap::Args)]

@@ -6,6 +6,7 @@ use musicd::admin::health::HealthReport;
 use musicd::admin::purge::Purged;
 use musicd::admin::reindex::RebuildReport;
 use musicd::admin::resolve::ResolveReport;
+use musicd::admin::revoke::RevokeReport;
 use musicd_load::players::PlayersReport;
 use musicd_load::replay::ReplayReport;
 
@@ -42,6 +43,7 @@ rendered!(
     RebuildReport,
     CompareReport,
     ResolveReport,
+    RevokeReport,
     ReplayReport,
     PlayersReport,
 );

@@ -8,6 +8,7 @@ pub(crate) mod cors;
 use percent_encoding::percent_decode_str;
 
 use self::cors::Cors;
+use super::client_ip::TrustedProxies;
 use crate::config::Config;
 use crate::http::service::Request;
 use crate::signing::{LinkParams, Signing};
@@ -18,6 +19,8 @@ pub(crate) struct AccessRules {
     /// Signed links.
     pub(crate) signing: Signing,
     pub(crate) cors: Cors,
+    /// Whose forwarding headers name the client (for links bound to an address).
+    pub(crate) trusted_proxies: TrustedProxies,
 }
 
 impl AccessRules {
@@ -26,6 +29,7 @@ impl AccessRules {
         AccessRules {
             signing: Signing::from_config(&config.signing),
             cors: Cors::new(&config.cors.allow_origins, config.cors.max_age_secs),
+            trusted_proxies: TrustedProxies::new(config.trusted_proxies.clone()),
         }
     }
 }
@@ -36,7 +40,7 @@ pub(crate) struct AccessRequest {
     pub(crate) origin: Option<String>,
     /// `Access-Control-Request-Method` (a CORS preflight).
     pub(crate) preflight: bool,
-    /// `expires`, `kid`, `sig` of the query.
+    /// `expires`, `kid`, `sig`, `sid`, `ip` of the query.
     pub(crate) link: LinkParams,
     /// `?download` (any value): save the file rather than play it.
     pub(crate) download: bool,
@@ -70,6 +74,8 @@ impl AccessRequest {
                 "expires" => self.link.expires = value(),
                 "kid" => self.link.kid = value(),
                 "sig" => self.link.sig = value(),
+                "sid" => self.link.sid = value(),
+                "ip" => self.link.ip = value(),
                 "download" => self.download = true,
                 _ => {}
             }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use axum::http::Version;
 
 use self::format::Entry;
-use super::client_ip::TrustedProxies;
+use super::client_ip::{Forwarded, TrustedProxies};
 use super::metrics::Metrics;
 use super::routes::Route;
 use super::service::{Exchange, Received};
@@ -434,10 +434,7 @@ pub(crate) fn entry<'a>(
     line.method = request.method.as_str();
     line.target = request.target.as_bytes();
     line.version = request.version;
-    // The last four `X-Forwarded-For` lines: the right end is what trusted proxies wrote.
-    let mut forwarded: [&[u8]; 4] = [&[]; 4];
-    let mut count = 0;
-    let mut real_ip: Option<&[u8]> = None;
+    let mut forwarded = Forwarded::default();
     // The first line of each, as nginx's `$http_user_agent` is (even when it is empty).
     let (mut user_agent, mut referer, mut range) = (None, None, None);
     for (name, value) in request.headers() {
@@ -447,25 +444,14 @@ pub(crate) fn entry<'a>(
             referer.get_or_insert(value);
         } else if name.eq_ignore_ascii_case(b"range") {
             range.get_or_insert(value);
-        } else if name.eq_ignore_ascii_case(b"x-real-ip") {
-            real_ip.get_or_insert(value);
-        } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            if count == forwarded.len() {
-                forwarded.rotate_left(1);
-                count -= 1;
-            }
-            forwarded[count] = value;
-            count += 1;
+        } else {
+            forwarded.note(name, value);
         }
     }
     line.user_agent = user_agent.unwrap_or_default();
     line.referer = referer.unwrap_or_default();
     line.range = range.unwrap_or_default();
-    line.client = proxies.client(
-        request.peer,
-        &forwarded[..count],
-        real_ip.filter(|ip| !ip.is_empty()),
-    );
+    line.client = forwarded.client(request.peer, proxies);
     line
 }
 
