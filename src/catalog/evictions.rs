@@ -187,14 +187,22 @@ pub(crate) async fn follow(
             let Some(link) = link.clone() else { return };
             let (revoked, prefix) = (Arc::clone(&revoked), prefix.clone());
             tokio::spawn(async move {
-                match revoked
-                    .reload(&link, &prefix, crate::timing::unix_secs())
-                    .await
-                {
-                    Ok(count) => tracing::debug!(count, "revocations loaded"),
-                    Err(err) => {
-                        tracing::warn!(error = %err, "revocations could not be loaded; those announced from now on still apply")
+                // Until it succeeds: a musicd that missed announcements must not go on
+                // without them while its subscription, and the heartbeats, look fine.
+                let mut backoff = crate::timing::Backoff::new(RETRY, Duration::from_secs(10));
+                loop {
+                    let now = crate::timing::unix_secs();
+                    match revoked.reload(&link, &prefix, now).await {
+                        Ok(count) => {
+                            tracing::debug!(count, "revocations loaded");
+                            return;
+                        }
+                        Err(err) => tracing::warn!(
+                            error = %err,
+                            "revocations could not be loaded; retrying (those announced meanwhile apply)"
+                        ),
                     }
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
             });
         }

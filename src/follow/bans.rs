@@ -44,6 +44,14 @@ pub(crate) const IDS_PER_BAN: usize = 200;
 /// Past this many waiting ids, one ban of every track URL replaces them.
 pub(crate) const MAX_PENDING: usize = 20_000;
 
+/// Past this many revoked links waiting, one ban of every cached authorization replaces
+/// them: it costs each link one small round trip to musicd, and a backlog (a cache that
+/// was down) goes in one ban instead of dozens, ahead of the takedowns behind it.
+const MAX_LINKS: usize = 100;
+
+/// The most a ban of revoked links' authorizations may hold of their escaped names.
+const LINKS_REGEX_BYTES: usize = 6 * 1024;
+
 /// The longest pause between attempts at a failing cache.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -141,11 +149,11 @@ impl Pending {
         }
     }
 
-    /// Adds a revoked link's authorizations; past [`MAX_PENDING`], every authorization.
+    /// Adds a revoked link's authorizations; past [`MAX_LINKS`], every authorization.
     fn add_link(&mut self, member: String, queued: Queued) {
         let entry = self.links.entry(member).or_insert(queued);
         *entry = earliest(*entry, queued);
-        if self.links.len() > MAX_PENDING {
+        if self.links.len() > MAX_LINKS {
             let oldest = self.links.drain().map(|(_, q)| q).fold(queued, earliest);
             self.links.insert(EVERY_AUTHORIZATION.to_string(), oldest);
         }
@@ -243,7 +251,7 @@ enum Echo {
 const LINK: &str = "link:";
 
 /// A link member that stands for every cached authorization.
-pub(crate) const EVERY_AUTHORIZATION: &str = "*";
+pub(crate) use crate::signing::revoked::EVERY_AUTHORIZATION;
 
 impl HttpCache {
     fn new(url: &str) -> HttpCache {
@@ -640,8 +648,18 @@ impl Banner {
                 Some(queued) => Batch::Everything(queued),
                 // Revocations before takedowns: a revoked link must stop within a second.
                 None if !pending.links.is_empty() => {
-                    let members: Vec<String> =
-                        pending.links.keys().take(IDS_PER_BAN).cloned().collect();
+                    // Bounded by the regex's length, not by a count: a session id may be
+                    // 128 characters, and varnish refuses a header past 8 KiB.
+                    let mut length = 0;
+                    let members: Vec<String> = pending
+                        .links
+                        .keys()
+                        .take_while(|member| {
+                            length += 2 * member.len() + 1;
+                            length <= LINKS_REGEX_BYTES
+                        })
+                        .cloned()
+                        .collect();
                     Batch::Links(
                         members
                             .into_iter()
@@ -746,6 +764,23 @@ pub fn handover_key(prefix: &str, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backlog_of_revoked_links_becomes_one_ban_of_every_authorization() {
+        let banner = Banner::new(&["http://127.0.0.1:1".into()], &["/musicdb".into()]);
+        for n in 0..MAX_LINKS {
+            banner.queue_link(&format!("sid:{}-{n}", "s".repeat(120)));
+        }
+        assert_eq!(banner.caches()[0].waiting(), MAX_LINKS);
+        banner.queue_link("sid:one-too-many");
+        let pending = banner.caches()[0].pending();
+        assert_eq!(
+            pending.links.keys().collect::<Vec<_>>(),
+            [EVERY_AUTHORIZATION],
+            "a varnish that was down gets one ban, not a header it refuses"
+        );
+        assert!(!pending.is_empty());
+    }
 
     #[test]
     fn queued_ids_settle_only_when_sent_and_overflow_becomes_everything() {

@@ -122,6 +122,8 @@ pub struct FollowerStatus {
     reason: std::sync::Mutex<String>,
     /// The bans of the HTTP caches in front.
     bans: Banner,
+    /// Whether this process holds the lease now (it bans revoked links' authorizations).
+    holding: std::sync::atomic::AtomicBool,
 }
 
 impl FollowerStatus {
@@ -135,6 +137,7 @@ impl FollowerStatus {
             last_event_ms: AtomicI64::new(0),
             reason: std::sync::Mutex::default(),
             bans: Banner::new(&config.ban_urls, &config.route_prefixes),
+            holding: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -393,10 +396,7 @@ impl Follower {
                 () = &mut stop => return,
                 member = heard.recv() => member,
             };
-            let holding = matches!(
-                self.status.state(),
-                FollowerState::Following | FollowerState::Rebuilding
-            );
+            let holding = self.status.holding.load(Ordering::Acquire);
             match member {
                 Ok(member) if holding => self.status.bans.queue_link(&member),
                 Ok(_) => {}
@@ -465,6 +465,9 @@ impl Follower {
         }
         match lease.acquire().await {
             Ok(true) => {
+                // From now on revocations are this process's to ban: set before the ban of
+                // every authorization that `take_over` queues, so none falls between.
+                self.status.holding.store(true, Ordering::Release);
                 // Bans a previous follower could not deliver are this one's now.
                 self.status
                     .bans
@@ -484,6 +487,7 @@ impl Follower {
             stopped = self.keep_lease(lease) => stopped,
             stopped = self.follow(lease) => stopped,
         };
+        self.status.holding.store(false, Ordering::Release);
         match outcome {
             Stopped::LeaseLost => {
                 self.status

@@ -84,6 +84,9 @@ impl Default for Revoked {
     }
 }
 
+/// A change that stands for every revocation (after a reload).
+pub(crate) const EVERY_AUTHORIZATION: &str = "*";
+
 /// Revocations read per round trip when the whole set is loaded.
 const PAGE: usize = 10_000;
 
@@ -124,7 +127,8 @@ impl Revoked {
         let Some(subject) = member.and_then(Subject::parse) else {
             return true;
         };
-        self.set(&subject, until);
+        // Noted for a reload under way before it is applied: applied first, it could land
+        // in the map the reload is about to replace, and be lost.
         if let Some(heard) = self
             .heard_while_reloading
             .lock()
@@ -133,6 +137,7 @@ impl Revoked {
         {
             heard.push(message.to_string());
         }
+        self.set(&subject, until);
         if until.is_some() {
             // Nobody listening (no follower here) is fine.
             let _ = self.changes.send(subject.member());
@@ -225,6 +230,9 @@ impl Revoked {
         for message in heard.unwrap_or_default() {
             self.replay(&message);
         }
+        // What the read brought that no message did (announced while this process did not
+        // hear) was banned in the caches by nobody: the follower bans every authorization.
+        let _ = self.changes.send(EVERY_AUTHORIZATION.to_string());
         Ok(count)
     }
 

@@ -222,7 +222,9 @@ fn run(command: &mut Command) -> Output {
 #[test]
 fn the_image_is_small_and_holds_only_the_binaries_their_libraries_and_certificates() {
     let (name, size) = image();
-    assert!(*size < 40 * 1000 * 1000, "{name} is {size} bytes");
+    // musicd, musicctl (with the load and play-counting tools), their few libraries and
+    // the CA certificates: no distribution (36.8 MB before `plays` and its regex engine).
+    assert!(*size < 45 * 1000 * 1000, "{name} is {size} bytes");
     // No shell, no package manager: a command that is not ours does not exist.
     let output = run(podman_run().args(["--rm", name, "/bin/sh", "-c", "true"]));
     assert!(!output.status.success(), "the image has a shell");

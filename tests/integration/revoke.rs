@@ -283,9 +283,9 @@ fn env_error(env: &TestEnv, args: &[&str]) -> (Option<i32>, String) {
 }
 
 /// varnish → nginx → two musicd, 10,000 session links playing: each of 20 sessions,
-/// its authorization cached in varnish first, is revoked, and is refused at every layer
-/// within a second (every one of the 80, timed from the start of `musicctl revoke`) and
-/// from then on, while no other link is. Without the follower's ban, varnish keeps
+/// its authorization cached in varnish first, is revoked, and no layer lets it through
+/// later than a second after the start of `musicctl revoke` (each layer asked round and
+/// round for 1.2 s), while no other link is refused. Without the follower's ban, varnish keeps
 /// playing it from its cached authorization for up to a minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_session_stops_at_every_layer_within_a_second_while_the_others_play() {
@@ -374,26 +374,25 @@ async fn a_revoked_session_stops_at_every_layer_within_a_second_while_the_others
         let (code, report) =
             tokio::task::block_in_place(|| env.musicctl_json(["revoke", "--sid", sid.as_str()]));
         assert_eq!(code, Some(0), "{report}");
-        for url in &urls {
-            loop {
+        // Every layer, round and round for 1.2 s: when each last let the link through.
+        // (nginx balances over both musicd, so one 403 there says nothing of the other.)
+        let mut last_played = [Duration::ZERO; 4];
+        let mut last_answer = [StatusCode::OK; 4];
+        while asked.elapsed() < Duration::from_millis(1200) {
+            for (layer, url) in urls.iter().enumerate() {
                 let (status, error) = error_of(url, &[]).await;
-                if status == StatusCode::FORBIDDEN {
-                    assert_eq!(error, "link revoked", "{url}");
-                    delays.push(asked.elapsed());
-                    // And it stays refused: nginx balances over both musicd, varnish over
-                    // its objects; none may still let it through.
-                    for _ in 0..4 {
-                        assert_eq!(fetch_with(url, &[]).await.0, StatusCode::FORBIDDEN, "{url}");
-                    }
-                    break;
+                match status {
+                    StatusCode::OK => last_played[layer] = asked.elapsed(),
+                    StatusCode::FORBIDDEN => assert_eq!(error, "link revoked", "{url}"),
+                    other => panic!("{url}: {other}"),
                 }
-                assert_eq!(status, StatusCode::OK, "{url}");
-                assert!(
-                    asked.elapsed() < Duration::from_secs(5),
-                    "{url} still plays 5 s after its revocation"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                last_answer[layer] = status;
             }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for (layer, url) in urls.iter().enumerate() {
+            assert_eq!(last_answer[layer], StatusCode::FORBIDDEN, "{url} plays on");
+            delays.push(last_played[layer]);
         }
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -401,7 +400,7 @@ async fn a_revoked_session_stops_at_every_layer_within_a_second_while_the_others
     delays.sort();
     let p99 = delays[(delays.len() * 99).div_ceil(100) - 1];
     eprintln!(
-        "revocation to 403 at every layer, {} samples: p50 {:?}, p99 {:?}, max {:?}; {played} other requests",
+        "revocation to the last answer that played, at every layer, {} samples: p50 {:?}, p99 {:?}, max {:?}; {played} other requests",
         delays.len(),
         delays[delays.len() / 2],
         p99,

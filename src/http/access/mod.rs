@@ -68,13 +68,16 @@ impl AccessRequest {
     /// Reads the query string (without `?`) of a track URL.
     pub(crate) fn read_query(&mut self, query: &str) {
         for pair in query.split('&') {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = || Some(percent_decode_str(value).decode_utf8_lossy().into_owned());
+            let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = || Some(percent_decode_str(raw).decode_utf8_lossy().into_owned());
             match name {
                 "expires" => self.link.expires = value(),
-                "kid" => self.link.kid = value(),
+                // As written, never decoded: the text a cache's ban of a revoked key or
+                // session matches is the URL's own, so `sid=a%7Eb` is refused rather than
+                // played as `a~b` past that ban.
+                "kid" => self.link.kid = Some(raw.to_string()),
                 "sig" => self.link.sig = value(),
-                "sid" => self.link.sid = value(),
+                "sid" => self.link.sid = Some(raw.to_string()),
                 "ip" => self.link.ip = value(),
                 "download" => self.download = true,
                 _ => {}
@@ -90,9 +93,11 @@ mod tests {
     #[test]
     fn the_query_gives_the_link_and_download() {
         let mut access = AccessRequest::default();
-        access.read_query("expires=1700000000&kid=k%31&sig=abc-_&download&x=1");
+        access.read_query("expires=1700000000&kid=k1&sig=abc-_&download&x=1&sid=a%7Eb");
         assert_eq!(access.link.expires.as_deref(), Some("1700000000"));
         assert_eq!(access.link.kid.as_deref(), Some("k1"));
+        // Not decoded: a revoked session's ban matches the URL's own text.
+        assert_eq!(access.link.sid.as_deref(), Some("a%7Eb"));
         assert_eq!(access.link.sig.as_deref(), Some("abc-_"));
         assert!(access.download);
         let mut plain = AccessRequest::default();
