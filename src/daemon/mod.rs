@@ -270,6 +270,9 @@ async fn serve_until_stopped(
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let access_log = server.state().access_log.clone();
     let signals = StopSignals::install();
+    // Installed before `ready`: the supervisor passes SIGUSR1 on to a ready worker, and a
+    // handler installed later by a spawned task left a window where it killed the worker.
+    let other = OtherSignals::install();
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
     notify::ready(&status);
@@ -282,7 +285,9 @@ async fn serve_until_stopped(
             }
         });
     }
-    tokio::spawn(other_signals(options.log_file.clone(), access_log));
+    if let Some(other) = other {
+        tokio::spawn(other.handle(options.log_file.clone(), access_log));
+    }
     let draining = Arc::clone(&server.state().draining);
     let drain_delay = config.shutdown.drain_delay;
     let stop = async move {
@@ -303,38 +308,53 @@ async fn serve_until_stopped(
 
 /// SIGUSR1 reopens the log file and the access log; SIGHUP is logged (reloads are the
 /// supervisor's job; the default action of SIGHUP would kill the process).
-async fn other_signals(
-    log_file: Option<PathBuf>,
-    access_log: Option<Arc<http::access_log::AccessLog>>,
-) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut usr1), Ok(mut hup)) = (
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("cannot install SIGUSR1/SIGHUP handlers");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = usr1.recv() => {
-                if let Some(log) = &access_log {
-                    match log.reopen() {
-                        Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
-                        Err(err) => tracing::error!(error = %err, "cannot reopen the access log"),
-                    }
-                }
-                if let Some(path) = &log_file {
-                    match open_log(path) {
-                        Ok(file) => match sys::redirect_output(&file) {
-                            Ok(()) => tracing::info!("SIGUSR1: log file reopened"),
-                            Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
-                        },
-                        Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
-                    }
-                }
+struct OtherSignals {
+    usr1: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl OtherSignals {
+    fn install() -> Option<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(usr1), Ok(hup)) => Some(Self { usr1, hup }),
+            _ => {
+                tracing::warn!("cannot install SIGUSR1/SIGHUP handlers");
+                None
             }
-            _ = hup.recv() => tracing::info!("SIGHUP ignored by the worker: use `musicd restart` (or systemctl restart)"),
+        }
+    }
+
+    async fn handle(
+        self,
+        log_file: Option<PathBuf>,
+        access_log: Option<Arc<http::access_log::AccessLog>>,
+    ) {
+        let Self { mut usr1, mut hup } = self;
+        loop {
+            tokio::select! {
+                _ = usr1.recv() => {
+                    if let Some(log) = &access_log {
+                        match log.reopen() {
+                            Ok(()) => tracing::info!("SIGUSR1: access log reopened"),
+                            Err(err) => tracing::error!(error = %err, "cannot reopen the access log"),
+                        }
+                    }
+                    if let Some(path) = &log_file {
+                        match open_log(path) {
+                            Ok(file) => match sys::redirect_output(&file) {
+                                Ok(()) => tracing::info!("SIGUSR1: log file reopened"),
+                                Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
+                            },
+                            Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
+                        }
+                    }
+                }
+                _ = hup.recv() => tracing::info!("SIGHUP ignored by the worker: use `musicd restart` (or systemctl restart)"),
+            }
         }
     }
 }

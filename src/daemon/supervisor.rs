@@ -84,6 +84,9 @@ struct Worker {
     killed_for: Option<String>,
     /// Since when its resident memory has been above `max_rss_mb`.
     over_rss_since: Option<Instant>,
+    /// A SIGUSR1 came while it was starting: its handler may not be installed yet (the
+    /// default action kills), so it is passed on once the worker is ready.
+    reopen_owed: bool,
 }
 
 struct Supervisor {
@@ -333,6 +336,7 @@ impl Supervisor {
                     last_ping: Instant::now(),
                     killed_for: None,
                     over_rss_since: None,
+                    reopen_owed: false,
                 });
                 if role == Role::Current {
                     self.state.worker_pid = Some(pid);
@@ -365,6 +369,9 @@ impl Supervisor {
             return;
         }
         self.workers[index].ready = true;
+        if std::mem::take(&mut self.workers[index].reopen_owed) {
+            let _ = sys::kill(pid, libc::SIGUSR1);
+        }
         match self.workers[index].role {
             Role::Current => {
                 tracing::info!(pid, "worker ready");
@@ -651,8 +658,12 @@ impl Supervisor {
             }
             Err(err) => tracing::error!(error = %err, "cannot reopen log file"),
         }
-        for worker in &self.workers {
-            let _ = sys::kill(worker.pid, libc::SIGUSR1);
+        for worker in &mut self.workers {
+            if worker.ready {
+                let _ = sys::kill(worker.pid, libc::SIGUSR1);
+            } else {
+                worker.reopen_owed = true;
+            }
         }
     }
 

@@ -5,7 +5,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::harness::load::hammer;
@@ -58,7 +58,7 @@ async fn a_killed_worker_is_replaced_within_a_second_and_no_connection_is_refuse
         assert_eq!(response.status(), StatusCode::OK);
         comebacks.push(killed_at.elapsed());
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let report = load.await.expect("load");
     eprintln!("kill -9 x3 under load: {report:?}; back after {comebacks:?}");
     assert_eq!(
@@ -340,6 +340,42 @@ async fn sigusr1_reopens_the_log_file_after_rotation() {
     );
     let old = std::fs::read_to_string(&rotated).expect("rotated file");
     assert!(!old.contains(line));
+}
+
+/// Bug: the supervisor passed SIGUSR1 on to a worker still starting, before its handler
+/// was installed, and the default action killed it (a logrotate during a restart, or just
+/// after a start, cost a worker). The signal is now held until the worker is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_during_a_restart_kills_no_worker() {
+    let env = TestEnv::shared_with(&[]).await;
+    let daemon = Supervised::start(&env);
+    let first = daemon.worker_pid().expect("worker");
+    let supervisor = daemon.supervisor_pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rotating = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut sent = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                signal(supervisor, libc::SIGUSR1);
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        })
+    };
+    let restart = daemon.ctl("restart");
+    stop.store(true, Ordering::Relaxed);
+    let sent = rotating.join().expect("signal thread");
+    crate::harness::succeeded(&restart);
+    let second = daemon.worker_pid().expect("worker");
+    assert_ne!(first, second);
+    let log = daemon.log();
+    assert!(sent > 5, "only {sent} signals were sent during the restart");
+    assert!(!log.contains("worker died"), "{log}");
+    assert_eq!(daemon.state()["restarts"], 0, "{}", daemon.state());
+    let response = http_get(format!("{}/healthz", daemon.base_url())).await;
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
