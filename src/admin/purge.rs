@@ -4,7 +4,9 @@
 //! blocks Redis), and the keys found are removed with `UNLINK` (freed in the background) in
 //! batches of n, one round trip per batch. Keys travel as raw bytes end to end, so quotes,
 //! spaces, newlines and invalid UTF-8 need no escaping and nothing goes through a shell or
-//! a Lua `unpack`. On a Redis Cluster every master is scanned over its own connection and
+//! a Lua `unpack`. The fill leases of the purged entries are revoked after them
+//! ([`crate::catalog::cache::revoke_leases`]), so a lookup that read MongoDB before the
+//! purge cannot put its answer back after it. On a Redis Cluster every master is scanned over its own connection and
 //! each key is unlinked on the master that owns it, one command per key in a pipeline, so
 //! no multi-key command can cross slots.
 
@@ -48,6 +50,9 @@ pub struct PurgeReport {
     pub(crate) removed: u64,
     /// Keys whose UNLINK failed.
     pub(crate) failed: u64,
+    /// Fill leases of the matching entries revoked after the keys were removed: a lookup
+    /// that read MongoDB before the purge cannot write its answer back after it.
+    pub(crate) leases_revoked: u64,
     /// A few matching keys, shown with non-printable bytes escaped.
     pub(crate) sample: Vec<String>,
     /// Wall time in seconds.
@@ -139,8 +144,16 @@ impl Purged {
                 } else {
                     String::new()
                 };
+                let leases = if report.leases_revoked > 0 {
+                    format!(
+                        "; {} lookups under way will not write back",
+                        report.leases_revoked
+                    )
+                } else {
+                    String::new()
+                };
                 let out = format!(
-                    "purge: removed {} of {} matching keys on {} node(s) in {:.2}s{failed}\n",
+                    "purge: removed {} of {} matching keys on {} node(s) in {:.2}s{failed}{leases}\n",
                     report.removed, report.matched, report.nodes, report.seconds
                 );
                 (out, bans)
@@ -201,7 +214,7 @@ pub async fn purge_everywhere(
         pattern: pattern.clone().into_bytes(),
         ..options.clone()
     };
-    let report = purge(
+    let mut report = purge(
         &config.redis.target,
         config.redis.batch_timeout(),
         &options,
@@ -209,6 +222,12 @@ pub async fn purge_everywhere(
     )
     .await?;
     if !dry_run {
+        report.leases_revoked = crate::catalog::cache::revoke_leases(
+            &config.redis.target,
+            config.redis.batch_timeout(),
+            &options.pattern,
+        )
+        .await?;
         evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
     }
     let regex = varnish::glob_regex(&config.route_prefixes, &config.redis.prefix, &pattern);

@@ -54,6 +54,12 @@ impl RebuildReport {
                 self.cache_entries, self.pruned
             ));
         }
+        if self.leases_revoked > 0 {
+            out.push_str(&format!(
+                "leases: {} lookups under way will not write back (they fill on their next miss)\n",
+                self.leases_revoked
+            ));
+        }
         out
     }
 }

@@ -424,6 +424,7 @@ pub(crate) async fn verify(
         dry_run: true,
         prune: true,
         batch: batch_size,
+        versioned: false,
     };
     rebuild::scan_stale(
         backends,

@@ -34,6 +34,12 @@
 //! entry ([`version_key`]) keeps the newest one written. The script refuses a write older
 //! than it. The version key outlives the longest a write can wait in TCP ([`VERSION_TTL`],
 //! longer than Linux's `tcp_retries2` ≈ 924 s), so memory holds only recent changes.
+//! A successor that rebuilds rather than replays fences its writes the same way, with the
+//! cluster time read before its first read ([`TrackCache::complete_fills`] with a version).
+//!
+//! Operators' purges and reindexes revoke the fill leases of what they cover
+//! ([`revoke_leases`]): a lookup that read MongoDB before the change they follow cannot
+//! write it back after them.
 //!
 //! Why leases and not versioned writes for fills (comparing MongoDB cluster times in a script): the
 //! version of a plain read is not exact (a `local` read reports the node's last applied
@@ -156,19 +162,37 @@ impl TrackCache {
 
     /// Writes many paths under leases taken by [`TrackCache::begin_fills`]: each is written
     /// only if the follower did not change its entry since (the rule of
-    /// [`TrackCache::complete_fill`]). How many were written.
-    pub async fn complete_fills(&self, fills: Vec<(Fill, String)>) -> Result<u64, CacheError> {
+    /// [`TrackCache::complete_fill`]). With a `version` (a rebuild by the follower: the
+    /// cluster time read before its documents were), each write is also fenced as a
+    /// follower's is: refused under a newer version, and it leaves its version behind, so a
+    /// write of a predecessor that was cut off, older than the rebuild, cannot land after
+    /// it. How many were written.
+    pub async fn complete_fills(
+        &self,
+        fills: Vec<(Fill, String)>,
+        version: Option<&str>,
+    ) -> Result<u64, CacheError> {
+        let ttl_ms = crate::timing::redis_ms(VERSION_TTL);
         let commands = fills
             .iter()
             .map(|(fill, path)| {
                 let mut cmd = redis::cmd("EVAL");
-                cmd.arg(FILL_SOURCE)
-                    .arg(2)
-                    .arg(&fill.key)
-                    .arg(fill_key(&fill.key))
-                    .arg(&fill.token)
-                    .arg(path)
-                    .arg(self.jittered_ttl_ms());
+                match version {
+                    None => {
+                        cmd.arg(FILL_SOURCE).arg(2);
+                    }
+                    Some(_) => {
+                        cmd.arg(VERSIONED_FILL_SOURCE).arg(3);
+                    }
+                }
+                cmd.arg(&fill.key).arg(fill_key(&fill.key));
+                if version.is_some() {
+                    cmd.arg(version_key(&fill.key));
+                }
+                cmd.arg(&fill.token).arg(path).arg(self.jittered_ttl_ms());
+                if let Some(version) = version {
+                    cmd.arg(version).arg(ttl_ms);
+                }
                 cmd
             })
             .collect();
@@ -228,15 +252,22 @@ impl TrackCache {
         Ok(replies)
     }
 
-    /// Removes one id's entry; true if there was one.
+    /// Removes one id's entry and revokes any fill lease on it (a lookup that read
+    /// MongoDB before an operator's change must not write it back after the purge); true
+    /// if there was an entry.
     pub(crate) async fn forget(&self, id: &ObjectId) -> Result<bool, CacheError> {
         let key = self.key(id);
-        let removed: u64 =
-            self.link
-                .run(|mut conn| async move {
-                    redis::cmd("UNLINK").arg(&key).query_async(&mut conn).await
-                })
-                .await?;
+        let lease = fill_key(&key);
+        let removed: u64 = self
+            .link
+            .run(|mut conn| async move {
+                FORGET_SCRIPT
+                    .key(&key)
+                    .key(&lease)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
         Ok(removed > 0)
     }
 
@@ -362,6 +393,35 @@ redis.call('DEL', KEYS[2])
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1";
 
+/// KEYS: entry, lease, version. ARGV: token, value, ttl ms, version, version ttl ms.
+/// [`FILL_SOURCE`] that is also refused under a newer follower version, and keeps its own.
+const VERSIONED_FILL_SOURCE: &str = r"if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+local newest = redis.call('GET', KEYS[3])
+if newest and newest > ARGV[4] then return 0 end
+redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1";
+
+/// KEYS: entry, lease. Removes the entry and revokes its fill lease.
+static FORGET_SCRIPT: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"redis.call('DEL', KEYS[2])
+return redis.call('UNLINK', KEYS[1])",
+    )
+});
+
+/// KEYS: entry, lease, version. ARGV: version, version ttl ms. A rebuild's removal of a
+/// stale entry: revokes its lease, and with a version (`''` for none) is refused under a
+/// newer one and leaves its own, as a follower's write does.
+pub(crate) const PRUNE_SOURCE: &str = r"if ARGV[1] ~= '' then
+  local newest = redis.call('GET', KEYS[3])
+  if newest and newest > ARGV[1] then return 0 end
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('DEL', KEYS[2])
+return redis.call('UNLINK', KEYS[1])";
+
 /// KEYS: lease. ARGV: token. Deletes the lease only if it is still this token.
 const RELEASE_SOURCE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
@@ -409,6 +469,62 @@ pub(crate) fn fill_key(key: &str) -> String {
 /// its prefix, as [`fill_key`].
 pub(crate) fn version_key(key: &str) -> String {
     companion_key(key, "version")
+}
+
+/// The globs that match the fill leases of the entries `glob` matches: one per form of
+/// [`fill_key`] (it may match a few more leases than those, which only costs their
+/// lookups a write-back).
+pub(crate) fn lease_globs(glob: &[u8]) -> [Vec<u8>; 2] {
+    let mut untagged = b"{".to_vec();
+    untagged.extend_from_slice(glob);
+    untagged.extend_from_slice(b"}:fill");
+    let mut tagged = b"fill:".to_vec();
+    tagged.extend_from_slice(glob);
+    [untagged, tagged]
+}
+
+/// Revokes every fill lease of the entries `glob` matches, on every master: a lookup
+/// that read MongoDB before an operator's change (the one a purge or a reindex follows)
+/// then cannot write its answer back after it. A lookup that read after it fills the
+/// entry on its next miss. How many leases were revoked.
+pub(crate) async fn revoke_leases(
+    target: &crate::redis_link::RedisTarget,
+    timeout: Duration,
+    glob: &[u8],
+) -> Result<u64, CacheError> {
+    let mut revoked = 0;
+    for master in crate::redis_link::masters(target, timeout).await? {
+        let mut conn = crate::redis_link::connect_node(&master, timeout).await?;
+        for pattern in lease_globs(glob) {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern.as_slice())
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(LinkError::from)?;
+                if !keys.is_empty() {
+                    // One key per command: on a Cluster, the keys of one master lie in many slots.
+                    let mut pipe = redis::pipe();
+                    for key in &keys {
+                        pipe.cmd("DEL").arg(key.as_slice());
+                    }
+                    let removed: Vec<u64> =
+                        pipe.query_async(&mut conn).await.map_err(LinkError::from)?;
+                    revoked += removed.iter().sum::<u64>();
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(revoked)
 }
 
 fn companion_key(key: &str, role: &str) -> String {

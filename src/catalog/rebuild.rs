@@ -46,6 +46,12 @@ pub struct RebuildOptions {
     pub prune: bool,
     /// Documents per batch (and keys per prune step).
     pub batch: usize,
+    /// Fence the writes as the follower's are ([`crate::catalog::cache`]): each carries
+    /// the cluster time read before the documents, so a write of a follower that was cut
+    /// off (older than this rebuild, delivered by TCP after it) cannot undo it. The
+    /// follower's rebuild sets it; an operator's `reindex` does not, since each entry
+    /// written then keeps a version key for 30 minutes.
+    pub versioned: bool,
 }
 
 /// What a reindex did (or, in a dry run, would do).
@@ -70,6 +76,8 @@ pub struct RebuildReport {
     pub(crate) cache_entries: u64,
     /// Stale cache entries removed by `--prune`.
     pub(crate) pruned: u64,
+    /// Fill leases of lookups under way, revoked at the end (their next miss fills).
+    pub(crate) leases_revoked: u64,
     /// Wall time in seconds.
     pub(crate) seconds: f64,
     /// Whether this was a dry run.
@@ -113,6 +121,10 @@ pub async fn rebuild(
         prune: options.prune,
         ..RebuildReport::default()
     };
+    let version = match options.versioned && !options.dry_run {
+        true => read_version(backends).await?,
+        false => None,
+    };
     let mut batches = CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size).await?;
     // One batch is checked on the blocking pool while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Checked>> = None;
@@ -134,7 +146,14 @@ pub async fn rebuild(
         }
         if let Some(previous) = checking.take() {
             let checked = previous.await.map_err(RebuildError::Check)?;
-            write_batch(backends, checked, options.dry_run, &mut report).await;
+            write_batch(
+                backends,
+                checked,
+                options.dry_run,
+                version.as_deref(),
+                &mut report,
+            )
+            .await;
             progress(RebuildProgress {
                 documents: report.documents,
                 indexed: report.indexed,
@@ -151,12 +170,41 @@ pub async fn rebuild(
             options,
             &mut report,
             &mut progress,
-            OnStale::Remove,
+            OnStale::Remove(version.as_deref()),
         )
         .await?;
     }
+    if !options.dry_run {
+        // The leases of this rebuild's batches are spent; any other was taken by a lookup
+        // that may have read MongoDB before what this rebuild was run for (a document
+        // deleted while the follower was down, whose entry a late write-back would bring
+        // back).
+        let mut glob = escape_glob(backends.cache.prefix().as_bytes());
+        glob.push(b'*');
+        report.leases_revoked = super::cache::revoke_leases(target, timeout, &glob)
+            .await
+            .map_err(|super::cache::CacheError::Link(err)| RebuildError::Redis(err))?;
+    }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// The cluster time of a read made before the rebuild's first: every change at or before
+/// it is in what the rebuild reads, and every change after it is replayed by the stream
+/// opened before the rebuild, with a newer version. `None` without a replica set (no
+/// follower runs there).
+async fn read_version(backends: &Backends) -> Result<Option<String>, RebuildError> {
+    let mut session = backends.store.client().start_session().await?;
+    backends
+        .store
+        .collection()
+        .find_one(doc! {})
+        .projection(doc! { "_id": 1 })
+        .session(&mut session)
+        .await?;
+    Ok(session
+        .operation_time()
+        .map(|time| super::cache::change_version(Some(time))))
 }
 
 /// The whole catalogue, read from one cursor a batch at a time: memory stays flat for
@@ -299,6 +347,7 @@ async fn write_batch(
     backends: &Backends,
     checked: Checked,
     dry_run: bool,
+    version: Option<&str>,
     report: &mut RebuildReport,
 ) {
     let Checked {
@@ -336,7 +385,7 @@ async fn write_batch(
     if count == 0 {
         return;
     }
-    match backends.cache.complete_fills(leased).await {
+    match backends.cache.complete_fills(leased, version).await {
         Ok(written) => {
             report.indexed += written;
             report.changed_meanwhile += count - written;
@@ -361,8 +410,9 @@ pub(crate) struct StaleEntry {
 
 /// What to do with the stale entries a scan finds.
 pub(crate) enum OnStale<'a> {
-    /// Remove them (count only, with `dry_run`).
-    Remove,
+    /// Remove them (count only, with `dry_run`), revoking their fill leases, fenced by
+    /// this version when there is one ([`RebuildOptions::versioned`]).
+    Remove(Option<&'a str>),
     /// Keep them for a report.
     Collect(&'a mut Vec<StaleEntry>),
 }
@@ -401,11 +451,21 @@ pub(crate) async fn scan_stale(
                     report.pruned += stale.len() as u64;
                     found.extend(stale.into_iter().map(|(_, entry)| entry));
                 }
-                OnStale::Remove if options.dry_run => report.pruned += stale.len() as u64,
-                OnStale::Remove if !stale.is_empty() => {
+                OnStale::Remove(_) if options.dry_run => report.pruned += stale.len() as u64,
+                OnStale::Remove(version) if !stale.is_empty() => {
+                    let version_ttl = crate::timing::redis_ms(super::cache::VERSION_TTL);
                     let mut pipe = redis::pipe();
                     for (key, _) in &stale {
-                        pipe.cmd("UNLINK").arg(key.as_slice());
+                        // Entry, lease and version share a slot: one script per key.
+                        let key = String::from_utf8_lossy(key);
+                        pipe.cmd("EVAL")
+                            .arg(super::cache::PRUNE_SOURCE)
+                            .arg(3)
+                            .arg(key.as_bytes())
+                            .arg(super::cache::fill_key(&key))
+                            .arg(super::cache::version_key(&key))
+                            .arg(version.unwrap_or(""))
+                            .arg(version_ttl);
                     }
                     let removed: Vec<u64> = pipe
                         .query_async(&mut conn)
@@ -413,7 +473,7 @@ pub(crate) async fn scan_stale(
                         .map_err(redis_link::LinkError::from)?;
                     report.pruned += removed.iter().sum::<u64>();
                 }
-                OnStale::Remove => {}
+                OnStale::Remove(_) => {}
             }
             progress(RebuildProgress {
                 documents: report.documents,

@@ -816,6 +816,7 @@ impl Follower {
             dry_run: false,
             prune: true,
             batch: 1000,
+            versioned: true,
         };
         let report = rebuild::rebuild(
             &self.backends,

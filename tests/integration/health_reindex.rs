@@ -89,6 +89,38 @@ fn reindex(env: &TestEnv, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("json report")
 }
 
+/// Bug: a reindex run after documents were deleted while no follower ran (its reason
+/// to be) left the fill leases of lookups under way, so one that read a document before
+/// its deletion wrote it back after the reindex. The reindex now revokes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reindex_revokes_the_leases_of_lookups_under_way() {
+    let env = TestEnv::with(
+        &crate::harness::shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    let cache = musicd::catalog::backends::Backends::new(&env.config)
+        .await
+        .expect("clients")
+        .cache;
+    let (id, path) = env.track("deleted.mp3", b"x").await;
+    let fill = cache.begin_fill(&id).await.expect("lease");
+    // The lookup read the document; the operator deletes it, then reindexes.
+    env.tracks
+        .delete_one(mongodb::bson::doc! { "_id": id })
+        .await
+        .expect("delete");
+    let report = reindex(&env, &["--prune"]);
+    let written = cache
+        .complete_fill(fill, Some(&path.display().to_string()))
+        .await
+        .expect("write-back");
+    assert!(!written, "the deleted document's path was written back");
+    assert_eq!(env.cached(&id).await, None);
+    assert_eq!(report["leases_revoked"], 1, "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reindex_of_100k_documents_counts_every_kind_and_prune_removes_stale_entries() {
     let redis = Server::redis();

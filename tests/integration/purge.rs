@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::harness::load::hammer;
 use crate::harness::{RedisCluster, Server, TestEnv, http_get, pattern, shared_mongo};
+use mongodb::bson::oid::ObjectId;
 use redis::AsyncCommands;
 
 /// Keys no shell pipeline survives.
@@ -237,4 +238,46 @@ async fn a_purge_reaches_every_running_musicd_within_a_second() {
         }
     }
     let _ = old_path;
+}
+
+/// Bug: a purge removed the entries but not the fill leases of lookups under way, so a
+/// lookup that read MongoDB before the operator's change put the old answer back after the
+/// purge, until its TTL. A purge by glob and one by id now revoke them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_revokes_the_leases_of_lookups_under_way() {
+    let env = TestEnv::with(
+        &crate::harness::shared_redis().redis_url(),
+        &shared_mongo().mongo_uri(),
+        &[],
+    )
+    .await;
+    let cache = musicd::catalog::backends::Backends::new(&env.config)
+        .await
+        .expect("clients")
+        .cache;
+    let (by_glob, by_id) = (ObjectId::new(), ObjectId::new());
+    // Two lookups missed and took their leases, then read MongoDB (before the change).
+    let glob_fill = cache.begin_fill(&by_glob).await.expect("lease");
+    let id_fill = cache.begin_fill(&by_id).await.expect("lease");
+
+    let (code, report, stderr) = run_purge(
+        &env,
+        &[
+            &format!("{}{}*", env.config.redis.prefix, by_glob.to_hex()),
+            "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = run_purge(&env, &["--id", &by_id.to_hex(), "--json"]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    for (id, fill) in [(by_glob, glob_fill), (by_id, id_fill)] {
+        let written = cache
+            .complete_fill(fill, Some("/old.mp3"))
+            .await
+            .expect("write-back");
+        assert!(!written, "{id}: the write-back landed after the purge");
+        assert_eq!(env.cached(&id).await, None);
+    }
+    assert_eq!(report["leases_revoked"], 1, "{report}");
 }

@@ -112,6 +112,68 @@ async fn a_follower_write_older_than_the_entry_is_refused() {
     assert_eq!(env.cached(&id).await, None);
 }
 
+/// A follower cut off from Redis whose successor found no resume point rebuilt the index
+/// instead of replaying: the cut-off follower's writes, delivered by TCP after the heal,
+/// are older than the rebuild and are refused, for an entry it wrote and for one it
+/// pruned. (Before: rebuild writes carried no version, and the late write landed.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_followers_write_older_than_its_successors_rebuild_is_refused() {
+    use mongodb::bson::Timestamp;
+    use musicd::catalog::cache::{FollowerWrite, change_version};
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &shared_replica_set().uri(),
+        &[LEASE],
+    )
+    .await;
+    let cache = Backends::new(&env.config).await.expect("clients").cache;
+    let (kept, path) = env.track("kept.mp3", b"kept").await;
+    // An entry for a document deleted while nobody followed, written long ago.
+    let deleted = ObjectId::new();
+    let ancient = change_version(Some(Timestamp {
+        time: 1,
+        increment: 0,
+    }));
+    assert!(
+        cache
+            .apply(&deleted, FollowerWrite::Path("/gone.mp3"), &ancient)
+            .await
+            .expect("apply")
+    );
+    // The cut-off follower's writes: for changes that committed before the successor
+    // started (a second ago), so before its rebuild read anything.
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        - 1;
+    let unix_s = u32::try_from(unix_s).expect("time");
+    let late = change_version(Some(Timestamp {
+        time: unix_s,
+        increment: 0,
+    }));
+    let server = env.musicd().await;
+    until_following(&server).await;
+    assert_eq!(
+        env.cached(&kept).await.as_deref(),
+        Some(path.display().to_string().as_bytes()),
+        "the rebuild indexed the track"
+    );
+    assert_eq!(env.cached(&deleted).await, None, "the rebuild pruned it");
+    for id in [kept, deleted] {
+        let written = cache
+            .apply(&id, FollowerWrite::Path("/stale.mp3"), &late)
+            .await
+            .expect("apply");
+        assert!(!written, "{id}: a write older than the rebuild landed");
+    }
+    assert_eq!(
+        env.cached(&kept).await.as_deref(),
+        Some(path.display().to_string().as_bytes())
+    );
+    assert_eq!(env.cached(&deleted).await, None);
+}
+
 /// The race of a read-through write-back against the follower, provoked step by step: the
 /// lookup reads MongoDB, then the follower applies a change, then the write-back arrives.
 /// The write-back must lose, for a move and for an insert after a 404.
@@ -247,6 +309,7 @@ async fn a_reindex_never_undoes_a_change_made_while_it_runs() {
         dry_run: false,
         prune: false,
         batch: BATCH,
+        versioned: false,
     };
     let handle = tokio::runtime::Handle::current();
     let mut moved: Vec<(ObjectId, String)> = Vec::new();

@@ -195,6 +195,7 @@ impl Reindex {
             dry_run: self.dry_run,
             prune: self.prune,
             batch: self.batch.max(1),
+            versioned: false,
         };
         let mut progress = Progress::new(self.json);
         let report = reindex::reindex(
