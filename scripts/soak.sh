@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Long load outside the test suite: 5,000 keep-alive connections against a release musicd.
-#   scripts/soak.sh   (SOAK_CONNECTIONS=5000 SOAK_SECONDS=30)
+# Months, not minutes: the fleet (varnish → nginx → three musicd → a Redis Cluster and a
+# MongoDB replica set, in network namespaces) under steady traffic and catalogue changes,
+# with overlapping faults drawn from a seed. Needs root. See examples/soak.rs.
+#
+#   scripts/soak.sh --duration 1h --chaos --report soak.html
+#   scripts/soak.sh --duration 3m --chaos --seed 7 --json
+#
+# Exit 0 only when the run passed: no wrong answer, no error outside a fault window, every
+# budget kept. The seed is printed first; the same seed draws the same faults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh >/dev/null
-cargo build --release --locked --bins 2>&1 | tail -n 1
-exec python3 scripts/soak.py "$@"
+export PATH="$PWD/.tools/bin:$PATH"
+cargo build --quiet --locked --bins --example soak
+exec target/debug/examples/soak "$@"

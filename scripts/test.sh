@@ -4,19 +4,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+started=$SECONDS
+# Each step says when it starts, so a slow suite shows where its time goes.
+step() { echo "== $* (at $((SECONDS - started)) s)"; }
+trap 'echo "== done in $((SECONDS - started)) s"' EXIT
+
 scripts/install-deps.sh
 export MUSICD_TEST_MONGOD="${MUSICD_TEST_MONGOD:-$PWD/.tools/bin/mongod}"
 
-echo "== cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
+step "cargo clippy -D warnings"
 cargo clippy --locked --workspace --all-targets -- -D warnings
-echo "== the Debian package (scripts/package.sh; tests/integration/package.rs checks it)"
+step "the Debian package (scripts/package.sh; tests/integration/package.rs checks it)"
 scripts/package.sh
-echo "== cargo test"
+step "cargo test"
 # The fleet in network namespaces runs alone afterwards: it needs the whole machine.
 cargo test --locked --workspace --all-targets -- --skip fleet::
-echo "== the fleet: partitions under load in network namespaces (tests/integration/fleet.rs)"
+step "the fleet: partitions under load in network namespaces (tests/integration/fleet.rs)"
 cargo test --locked --test integration fleet:: -- --test-threads=1 --nocapture
-echo "== fuzz the connection briefly (scripts/fuzz.sh runs every target, longer)"
-FUZZ_SECONDS="${TEST_FUZZ_SECONDS:-30}" FUZZ_TARGETS=connection scripts/fuzz.sh
+step "soak: 3 minutes of overlapping faults on the fleet, seed 10 (scripts/soak.sh)"
+scripts/soak.sh --duration 3m --chaos --seed 10
+step "soak: 3 minutes of overlapping faults on the fleet, a random seed (printed first)"
+scripts/soak.sh --duration 3m --chaos
+step "fuzz the connection briefly (scripts/fuzz.sh runs every target, longer)"
+FUZZ_DEV=1 FUZZ_SECONDS="${TEST_FUZZ_SECONDS:-30}" FUZZ_TARGETS=connection scripts/fuzz.sh

@@ -121,6 +121,9 @@ pub struct Fleet {
     programs: Programs,
     processes: Vec<(String, Child)>,
     network_up: bool,
+    /// A tmpfs of this many MiB under each musicd's access log (`m{i}/logs`), so a soak
+    /// can fill the disk; `None`: the logs live on the fleet's own disk.
+    log_disk_mb: Option<u32>,
 }
 
 /// Runs a command, failing with its output.
@@ -252,6 +255,7 @@ impl Fleet {
             programs: programs.clone(),
             processes: Vec::new(),
             network_up: true,
+            log_disk_mb: None,
         };
         std::fs::create_dir_all(&fleet.media).expect("media dir");
         // The guard, before any link.
@@ -453,7 +457,18 @@ impl Fleet {
     /// Brings the whole fleet up: network, replica set, Redis Cluster, musicds, nginx,
     /// varnish. Returns once each answers.
     pub async fn up(index: u8, dir: &Path, programs: &Programs) -> Fleet {
+        Fleet::up_with_log_disks(index, dir, programs, None).await
+    }
+
+    /// [`Fleet::up`], with each musicd's access log on a tmpfs of `log_disk_mb` MiB.
+    pub async fn up_with_log_disks(
+        index: u8,
+        dir: &Path,
+        programs: &Programs,
+        log_disk_mb: Option<u32>,
+    ) -> Fleet {
         let mut fleet = Fleet::build_network(index, dir, programs);
+        fleet.log_disk_mb = log_disk_mb;
         fleet.start_mongods().await;
         fleet.start_redis();
         for i in 1..=MUSICDS {
@@ -695,7 +710,7 @@ impl Fleet {
         format!(
             "listen = \"{listen}:8080\"\nmedia_roots = [\"{media}\"]\n\
              trusted_proxies = [\"{front}/24\"]\n\n\
-             [access_log]\nformat = \"combined\"\npath = \"{own}/access.log\"\n\n\
+             [access_log]\nformat = \"combined\"\npath = \"{own}/logs/access.log\"\n\n\
              [http_caches]\nban_urls = [\"{varnish}\"]\n\n\
              [mongodb]\nuri = \"{mongo}\"\ndatabase = \"fleet\"\ntimeout_ms = 1000\nwatch_lease_ms = {lease}\n\n\
              [redis]\ncluster = [{redis}]\nprefix = \"track_\"\ntimeout_ms = 250\n\n\
@@ -712,8 +727,26 @@ impl Fleet {
     }
 
     fn start_musicd(&mut self, i: usize) {
+        self.spawn_musicd(i);
+        let addr = SocketAddr::from((self.addr(Segment::Front, 20 + i as u8), 8080));
+        self.wait_accepting(&format!("m{i}"), addr, Duration::from_secs(30));
+    }
+
+    /// Starts musicd `i` (1-based) without waiting for it: its config is written again,
+    /// and its log disk mounted the first time.
+    pub fn spawn_musicd(&mut self, i: usize) {
         let own = self.dir.join(format!("m{i}"));
-        std::fs::create_dir_all(&own).expect("musicd dir");
+        let logs = own.join("logs");
+        std::fs::create_dir_all(&logs).expect("musicd dir");
+        if let Some(mb) = self.log_disk_mb
+            && run("mountpoint", &["-q", &logs.display().to_string()]).is_err()
+        {
+            let size = format!("size={mb}m");
+            let target = logs.display().to_string();
+            if let Err(err) = run("mount", &["-t", "tmpfs", "-o", &size, "tmpfs", &target]) {
+                panic!("{err}");
+            }
+        }
         let config = own.join("musicd.toml");
         std::fs::write(&config, self.musicd_config(i)).expect("musicd config");
         let musicd = self.programs.musicd.clone();
@@ -723,8 +756,42 @@ impl Fleet {
             "run".into(),
         ];
         self.spawn_in(&format!("m{i}"), &musicd, &args);
-        let addr = SocketAddr::from((self.addr(Segment::Front, 20 + i as u8), 8080));
-        self.wait_accepting(&format!("m{i}"), addr, Duration::from_secs(30));
+    }
+
+    /// The pid of a role's process (the program itself: `ip netns exec` execs it).
+    #[allow(dead_code)] // `examples/soak.rs` samples and signals roles; the tests cut links.
+    pub fn pid(&self, role: &str) -> Option<i32> {
+        self.processes
+            .iter()
+            .rev()
+            .find(|(r, _)| r == role)
+            .and_then(|(_, child)| i32::try_from(child.id()).ok())
+    }
+
+    /// Sends `signal` to a role's process; for SIGTERM, SIGINT and SIGKILL, waits for it
+    /// to exit (SIGKILL after 10 s) and forgets it.
+    #[allow(dead_code)] // As `pid`.
+    pub fn signal_role(&mut self, role: &str, signal: i32) {
+        let Some(at) = self.processes.iter().rposition(|(r, _)| r == role) else {
+            return;
+        };
+        if let Ok(pid) = i32::try_from(self.processes[at].1.id()) {
+            // SAFETY: kill(2) on the pid of a child this fleet spawned and has not reaped.
+            unsafe { libc::kill(pid, signal) };
+        }
+        if ![libc::SIGTERM, libc::SIGINT, libc::SIGKILL].contains(&signal) {
+            return;
+        }
+        let (_, mut child) = self.processes.remove(at);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     /// The musicctl command for musicd `i`'s config, run in its namespace.
@@ -843,6 +910,8 @@ impl Fleet {
         for (_, child) in &mut self.processes {
             if let Ok(pid) = i32::try_from(child.id()) {
                 // SAFETY: kill(2) on the pid of a child this fleet spawned and has not reaped.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+                // SAFETY: as above.
                 unsafe { libc::kill(pid, libc::SIGTERM) };
             }
         }
@@ -858,6 +927,12 @@ impl Fleet {
             let _ = child.wait();
         }
         self.processes.clear();
+        if self.log_disk_mb.is_some() {
+            for i in 1..=MUSICDS {
+                let logs = self.dir.join(format!("m{i}/logs"));
+                let _ = run("umount", &["-l", &logs.display().to_string()]);
+            }
+        }
         if self.network_up {
             remove_network(self.index);
             self.network_up = false;

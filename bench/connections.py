@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""5,000 concurrent keep-alive connections against musicd (scripts/soak.sh).
+"""5,000 concurrent keep-alive connections against musicd (bench/connections.sh).
 
 A mix of small files, a 4 MiB file and bad ids (invalid and unknown) for SOAK_SECONDS
 (default 30) with wrk; reports requests, socket errors, non-2xx answers (the bad ids, by
