@@ -21,6 +21,8 @@
 //! Without a binding, a signed link is a bearer token: whoever holds it plays the track
 //! until it expires.
 
+#[doc(hidden)]
+pub mod cost;
 pub(crate) mod revoked;
 
 use std::net::IpAddr;
