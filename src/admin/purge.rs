@@ -4,7 +4,7 @@
 //! blocks Redis), and the keys found are removed with `UNLINK` (freed in the background) in
 //! batches of n, one round trip per batch. Keys travel as raw bytes end to end, so quotes,
 //! spaces, newlines and invalid UTF-8 need no escaping and nothing goes through a shell or
-//! a Lua `unpack`. The fill leases of the purged entries are revoked after them
+//! a Lua `unpack`. The fill leases of the purged entries are revoked first
 //! ([`crate::catalog::cache::revoke_leases`]), so a lookup that read MongoDB before the
 //! purge cannot put its answer back after it. On a Redis Cluster every master is scanned over its own connection and
 //! each key is unlinked on the master that owns it, one command per key in a pipeline, so
@@ -50,7 +50,7 @@ pub struct PurgeReport {
     pub(crate) removed: u64,
     /// Keys whose UNLINK failed.
     pub(crate) failed: u64,
-    /// Fill leases of the matching entries revoked after the keys were removed: a lookup
+    /// Fill leases of the matching entries revoked before the keys were removed: a lookup
     /// that read MongoDB before the purge cannot write its answer back after it.
     pub(crate) leases_revoked: u64,
     /// A few matching keys, shown with non-printable bytes escaped.
@@ -214,6 +214,20 @@ pub async fn purge_everywhere(
         pattern: pattern.clone().into_bytes(),
         ..options.clone()
     };
+    // Leases first: a lookup that took one before the purge may have read MongoDB before
+    // the change it follows, and its fill could land after its key was removed (the
+    // write uses up the lease, so revoking after would find nothing). One that takes a
+    // lease after this reads MongoDB after the change.
+    let leases_revoked = if dry_run {
+        0
+    } else {
+        crate::catalog::cache::revoke_leases(
+            &config.redis.target,
+            config.redis.batch_timeout(),
+            &options.pattern,
+        )
+        .await?
+    };
     let mut report = purge(
         &config.redis.target,
         config.redis.batch_timeout(),
@@ -221,13 +235,8 @@ pub async fn purge_everywhere(
         on_progress,
     )
     .await?;
+    report.leases_revoked = leases_revoked;
     if !dry_run {
-        report.leases_revoked = crate::catalog::cache::revoke_leases(
-            &config.redis.target,
-            config.redis.batch_timeout(),
-            &options.pattern,
-        )
-        .await?;
         evictions::publish(backends.cache.link(), backends.cache.prefix(), None).await?;
     }
     let regex = varnish::glob_regex(&config.route_prefixes, &config.redis.prefix, &pattern);

@@ -362,7 +362,7 @@ pub(crate) async fn verify(
     let mut report = VerifyReport::default();
     let mut named: HashMap<u64, Vec<ObjectId>> = HashMap::new();
     let projection = doc! { &field: 1, "size": 1, "mtime": 1, "audio_offset": 1 };
-    let mut batches = CatalogueBatches::open(backends, projection, batch_size).await?;
+    let mut batches = CatalogueBatches::open(backends, projection, batch_size, false).await?;
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     // One batch is checked while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Result<Vec<Checked>, String>>> = None;

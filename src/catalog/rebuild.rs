@@ -76,7 +76,7 @@ pub struct RebuildReport {
     pub(crate) cache_entries: u64,
     /// Stale cache entries removed by `--prune`.
     pub(crate) pruned: u64,
-    /// Fill leases of lookups under way, revoked at the end (their next miss fills).
+    /// Fill leases of lookups under way, revoked at the start (their next miss fills).
     pub(crate) leases_revoked: u64,
     /// Wall time in seconds.
     pub(crate) seconds: f64,
@@ -121,11 +121,24 @@ pub async fn rebuild(
         prune: options.prune,
         ..RebuildReport::default()
     };
+    if !options.dry_run {
+        // Leases first: a lookup that took one earlier may have read MongoDB before what
+        // this rebuild was run for (a document deleted while the follower was down), and
+        // its fill, landing after the prune, would bring the entry back. Revoked after,
+        // a lease used up by its fill would be missed. The rebuild's own come later.
+        let mut glob = escape_glob(backends.cache.prefix().as_bytes());
+        glob.push(b'*');
+        report.leases_revoked = super::cache::revoke_leases(target, timeout, &glob)
+            .await
+            .map_err(|super::cache::CacheError::Link(err)| RebuildError::Redis(err))?;
+    }
     let version = match options.versioned && !options.dry_run {
         true => read_version(backends).await?,
         false => None,
     };
-    let mut batches = CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size).await?;
+    let primary = version.is_some();
+    let mut batches =
+        CatalogueBatches::open(backends, doc! { &field: 1 }, batch_size, primary).await?;
     // One batch is checked on the blocking pool while the next is read from the cursor.
     let mut checking: Option<tokio::task::JoinHandle<Checked>> = None;
     while !batches.exhausted() || checking.is_some() {
@@ -134,7 +147,8 @@ pub async fn rebuild(
             let batch = batches.next().await?;
             report.documents += batch.len() as u64;
             if !batch.is_empty() {
-                let leased = lease_and_reread(backends, &field, batch, options.dry_run).await?;
+                let leased =
+                    lease_and_reread(backends, &field, batch, options.dry_run, primary).await?;
                 let roots = backends.roots.clone();
                 let field = field.clone();
                 next = Some(tokio::task::spawn_blocking(move || Checked {
@@ -174,25 +188,15 @@ pub async fn rebuild(
         )
         .await?;
     }
-    if !options.dry_run {
-        // The leases of this rebuild's batches are spent; any other was taken by a lookup
-        // that may have read MongoDB before what this rebuild was run for (a document
-        // deleted while the follower was down, whose entry a late write-back would bring
-        // back).
-        let mut glob = escape_glob(backends.cache.prefix().as_bytes());
-        glob.push(b'*');
-        report.leases_revoked = super::cache::revoke_leases(target, timeout, &glob)
-            .await
-            .map_err(|super::cache::CacheError::Link(err)| RebuildError::Redis(err))?;
-    }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-/// The cluster time of a read made before the rebuild's first: every change at or before
-/// it is in what the rebuild reads, and every change after it is replayed by the stream
-/// opened before the rebuild, with a newer version. `None` without a replica set (no
-/// follower runs there).
+/// The cluster time of a read made on the primary before the rebuild's first: every
+/// change at or before it is in what the rebuild reads (from the primary too, whatever the
+/// URI's read preference: a lagging secondary could miss some), and every change after it
+/// is replayed by the stream opened before the rebuild, with a newer version. `None`
+/// without a replica set (no follower runs there).
 async fn read_version(backends: &Backends) -> Result<Option<String>, RebuildError> {
     let mut session = backends.store.client().start_session().await?;
     backends
@@ -200,11 +204,16 @@ async fn read_version(backends: &Backends) -> Result<Option<String>, RebuildErro
         .collection()
         .find_one(doc! {})
         .projection(doc! { "_id": 1 })
+        .selection_criteria(primary_only())
         .session(&mut session)
         .await?;
     Ok(session
         .operation_time()
         .map(|time| super::cache::change_version(Some(time))))
+}
+
+fn primary_only() -> mongodb::options::SelectionCriteria {
+    mongodb::options::SelectionCriteria::ReadPreference(mongodb::options::ReadPreference::Primary)
 }
 
 /// The whole catalogue, read from one cursor a batch at a time: memory stays flat for
@@ -216,19 +225,24 @@ pub(crate) struct CatalogueBatches {
 }
 
 impl CatalogueBatches {
-    /// A cursor over every document, with only the fields of `projection`.
+    /// A cursor over every document, with only the fields of `projection`; from the
+    /// primary when `primary`, whatever the URI's read preference.
     pub(crate) async fn open(
         backends: &Backends,
         projection: Document,
         size: usize,
+        primary: bool,
     ) -> Result<CatalogueBatches, RebuildError> {
-        let cursor = backends
+        let find = backends
             .store
             .collection()
             .find(doc! {})
             .projection(projection)
-            .batch_size(u32::try_from(size).unwrap_or(u32::MAX))
-            .await?;
+            .batch_size(u32::try_from(size).unwrap_or(u32::MAX));
+        let cursor = match primary {
+            true => find.selection_criteria(primary_only()).await?,
+            false => find.await?,
+        };
         Ok(CatalogueBatches {
             cursor,
             size: size.max(1),
@@ -301,6 +315,7 @@ async fn lease_and_reread(
     field: &str,
     batch: Vec<Document>,
     dry_run: bool,
+    primary: bool,
 ) -> Result<Leased, RebuildError> {
     let unleased = |documents| Leased {
         documents,
@@ -326,14 +341,16 @@ async fn lease_and_reread(
         .into_iter()
         .filter(|document| document.get_object_id("_id").is_err())
         .collect();
-    let mut documents: Vec<Document> = backends
+    let find = backends
         .store
         .collection()
         .find(doc! { "_id": { "$in": &ids } })
-        .projection(doc! { field: 1 })
-        .await?
-        .try_collect()
-        .await?;
+        .projection(doc! { field: 1 });
+    let found = match primary {
+        true => find.selection_criteria(primary_only()).await?,
+        false => find.await?,
+    };
+    let mut documents: Vec<Document> = found.try_collect().await?;
     let gone = (ids.len() - documents.len().min(ids.len())) as u64;
     documents.extend(invalid);
     Ok(Leased {

@@ -228,6 +228,10 @@ async fn serve_until_stopped(
     inherited: Inherited,
     watchdog: Option<Duration>,
 ) -> Result<(), DaemonError> {
+    // First of all: SIGUSR1's default action kills. The supervisor passes it on only to a
+    // ready worker, but under systemd logrotate signals `musicd run` itself, at any time;
+    // what arrives before the handler task runs waits for it.
+    let other = OtherSignals::install();
     let ops_listener = match (inherited.ops, config.ops_listen) {
         (_, None) => None,
         (Some(listener), Some(_)) => Some(listener),
@@ -270,9 +274,6 @@ async fn serve_until_stopped(
     tracing::info!(listen = %local, roots = ?config.media_roots, mode = ?config.serve_mode, backends = readiness.status(), "musicd serving");
     let access_log = server.state().access_log.clone();
     let signals = StopSignals::install();
-    // Installed before `ready`: the supervisor passes SIGUSR1 on to a ready worker, and a
-    // handler installed later by a spawned task left a window where it killed the worker.
-    let other = OtherSignals::install();
     // Ready means "accepting": the socket is listening and the router is built. Backends
     // that are down do not hold this back, since cached ids and Redis-less serving work.
     notify::ready(&status);

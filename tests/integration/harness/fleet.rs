@@ -735,6 +735,11 @@ impl Fleet {
     /// Starts musicd `i` (1-based) without waiting for it: its config is written again,
     /// and its log disk mounted the first time.
     pub fn spawn_musicd(&mut self, i: usize) {
+        self.spawn_musicd_with(i, "");
+    }
+
+    /// [`Fleet::spawn_musicd`] with `extra` appended to its config.
+    pub fn spawn_musicd_with(&mut self, i: usize, extra: &str) {
         let own = self.dir.join(format!("m{i}"));
         let logs = own.join("logs");
         std::fs::create_dir_all(&logs).expect("musicd dir");
@@ -748,7 +753,7 @@ impl Fleet {
             }
         }
         let config = own.join("musicd.toml");
-        std::fs::write(&config, self.musicd_config(i)).expect("musicd config");
+        std::fs::write(&config, self.musicd_config(i) + extra).expect("musicd config");
         let musicd = self.programs.musicd.clone();
         let args = vec![
             "--config".into(),
@@ -766,6 +771,16 @@ impl Fleet {
             .rev()
             .find(|(r, _)| r == role)
             .and_then(|(_, child)| i32::try_from(child.id()).ok())
+    }
+
+    /// Whether a role's newest process has exited.
+    #[allow(dead_code)] // As `pid`.
+    pub fn exited(&mut self, role: &str) -> bool {
+        self.processes
+            .iter_mut()
+            .rev()
+            .find(|(r, _)| r == role)
+            .is_none_or(|(_, child)| !matches!(child.try_wait(), Ok(None)))
     }
 
     /// Sends `signal` to a role's process; for SIGTERM, SIGINT and SIGKILL, waits for it
