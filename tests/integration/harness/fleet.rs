@@ -124,6 +124,8 @@ pub struct Fleet {
     /// A tmpfs of this many MiB under each musicd's access log (`m{i}/logs`), so a soak
     /// can fill the disk; `None`: the logs live on the fleet's own disk.
     log_disk_mb: Option<u32>,
+    /// Appended to every musicd's config (a soak's own settings).
+    musicd_extra: String,
 }
 
 /// Runs a command, failing with its output.
@@ -256,6 +258,7 @@ impl Fleet {
             processes: Vec::new(),
             network_up: true,
             log_disk_mb: None,
+            musicd_extra: String::new(),
         };
         std::fs::create_dir_all(&fleet.media).expect("media dir");
         // The guard, before any link.
@@ -457,18 +460,21 @@ impl Fleet {
     /// Brings the whole fleet up: network, replica set, Redis Cluster, musicds, nginx,
     /// varnish. Returns once each answers.
     pub async fn up(index: u8, dir: &Path, programs: &Programs) -> Fleet {
-        Fleet::up_with_log_disks(index, dir, programs, None).await
+        Fleet::up_with_log_disks(index, dir, programs, None, "").await
     }
 
-    /// [`Fleet::up`], with each musicd's access log on a tmpfs of `log_disk_mb` MiB.
+    /// [`Fleet::up`], with each musicd's access log on a tmpfs of `log_disk_mb` MiB and
+    /// `musicd_extra` appended to each musicd's config.
     pub async fn up_with_log_disks(
         index: u8,
         dir: &Path,
         programs: &Programs,
         log_disk_mb: Option<u32>,
+        musicd_extra: &str,
     ) -> Fleet {
         let mut fleet = Fleet::build_network(index, dir, programs);
         fleet.log_disk_mb = log_disk_mb;
+        fleet.musicd_extra = musicd_extra.to_string();
         fleet.start_mongods().await;
         fleet.start_redis();
         for i in 1..=MUSICDS {
@@ -753,7 +759,8 @@ impl Fleet {
             }
         }
         let config = own.join("musicd.toml");
-        std::fs::write(&config, self.musicd_config(i) + extra).expect("musicd config");
+        let text = format!("{}{}{extra}", self.musicd_config(i), self.musicd_extra);
+        std::fs::write(&config, text).expect("musicd config");
         let musicd = self.programs.musicd.clone();
         let args = vec![
             "--config".into(),
