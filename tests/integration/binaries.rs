@@ -585,7 +585,15 @@ async fn every_json_report_keeps_its_shape() {
         (
             vec!["purge", "--dry-run", &key_glob],
             &[
-                "bans", "dry_run", "failed", "matched", "nodes", "removed", "sample", "seconds",
+                "bans",
+                "dry_run",
+                "failed",
+                "leases_revoked",
+                "matched",
+                "nodes",
+                "removed",
+                "sample",
+                "seconds",
             ],
         ),
         (
@@ -602,6 +610,7 @@ async fn every_json_report_keeps_its_shape() {
                 "dry_run",
                 "indexed",
                 "invalid_document",
+                "leases_revoked",
                 "missing_file",
                 "outside_roots",
                 "pruned",
