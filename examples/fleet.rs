@@ -12,7 +12,6 @@
 //! ```
 //! `--index N` (default 1) picks the namespaces `mfN-*` and the subnets 10.213.16N+{1,2,3}.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[allow(dead_code)]
@@ -20,40 +19,6 @@ use std::process::ExitCode;
 mod fleet;
 
 use fleet::{Fleet, Programs};
-
-fn which(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(name))
-                .find(|candidate| candidate.is_file())
-        })
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-fn programs() -> Programs {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // target/<profile>/examples/fleet → target/<profile>/musicd
-    let built = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
-        .unwrap_or_else(|| repo.join("target/debug"));
-    let mongod = repo.join(".tools/bin/mongod");
-    Programs {
-        musicd: built.join("musicd"),
-        musicctl: built.join("musicctl"),
-        mongod: if mongod.is_file() {
-            mongod
-        } else {
-            which("mongod")
-        },
-        redis_server: which("redis-server"),
-        redis_cli: which("redis-cli"),
-        nginx: which("nginx"),
-        varnishd: which("varnishd"),
-        repo,
-    }
-}
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -116,7 +81,7 @@ async fn up(index: u8) -> ExitCode {
         eprintln!("{}: {err}", dir.display());
         return ExitCode::FAILURE;
     }
-    let mut fleet = Fleet::up(index, &dir, &programs()).await;
+    let mut fleet = Fleet::up(index, &dir, &Programs::beside_this_example()).await;
     let client = match mongodb::Client::with_uri_str(fleet.mongo_uri()).await {
         Ok(client) => client,
         Err(err) => {

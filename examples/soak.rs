@@ -212,39 +212,6 @@ fn parse_options() -> Result<Options, String> {
     Ok(options)
 }
 
-fn which(name: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(name))
-                .find(|candidate| candidate.is_file())
-        })
-        .unwrap_or_else(|| PathBuf::from(name))
-}
-
-fn programs() -> Programs {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let built = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
-        .unwrap_or_else(|| repo.join("target/debug"));
-    let mongod = repo.join(".tools/bin/mongod");
-    Programs {
-        musicd: built.join("musicd"),
-        musicctl: built.join("musicctl"),
-        mongod: if mongod.is_file() {
-            mongod
-        } else {
-            which("mongod")
-        },
-        redis_server: which("redis-server"),
-        redis_cli: which("redis-cli"),
-        nginx: which("nginx"),
-        varnishd: which("varnishd"),
-        repo,
-    }
-}
-
 fn digest(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
@@ -400,7 +367,7 @@ async fn main() -> ExitCode {
     let fleet = Fleet::up_with_log_disks(
         index,
         dir.path(),
-        &programs(),
+        &Programs::beside_this_example(),
         Some(LOG_DISK_MB),
         &format!("\n[cache]\nfile_total_bytes = {FILE_CACHE_BYTES}\n"),
     )
@@ -453,7 +420,7 @@ async fn soak(fleet: Fleet, dir: &Path, options: &Options) -> Result<bool, Strin
         ids.iter().map(|id| format!("{id}\n")).collect::<String>(),
     )
     .map_err(|e| format!("ids file: {e}"))?;
-    let programs = programs();
+    let programs = Programs::beside_this_example();
     let config = dir.join("m1/musicd.toml");
     let redis_hosts = (1..=REDIS_NODES as u8)
         .map(|n| fleet.addr(fleet::Segment::Redis, 10 + n).to_string())

@@ -99,6 +99,47 @@ pub struct Programs {
     pub repo: PathBuf,
 }
 
+impl Programs {
+    /// For the examples (`examples/fleet.rs`, `examples/soak.rs`): `musicd` and `musicctl`
+    /// built beside the running example, `mongod` from `.tools/` when installed there, the
+    /// rest from `PATH`.
+    #[allow(dead_code)] // The tests find their programs through the harness.
+    pub fn beside_this_example() -> Programs {
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        // target/<profile>/examples/NAME → target/<profile>/musicd
+        let built = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
+            .unwrap_or_else(|| repo.join("target/debug"));
+        let mongod = repo.join(".tools/bin/mongod");
+        Programs {
+            musicd: built.join("musicd"),
+            musicctl: built.join("musicctl"),
+            mongod: if mongod.is_file() {
+                mongod
+            } else {
+                on_path("mongod")
+            },
+            redis_server: on_path("redis-server"),
+            redis_cli: on_path("redis-cli"),
+            nginx: on_path("nginx"),
+            varnishd: on_path("varnishd"),
+            repo,
+        }
+    }
+}
+
+/// `name` as `PATH` finds it (the bare name when it does not).
+fn on_path(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
 /// Musicds in the fleet.
 pub const MUSICDS: usize = 3;
 /// Redis nodes: three masters, three replicas.
