@@ -154,10 +154,10 @@ impl Metrics {
     /// One id resolution took `elapsed`.
     pub(crate) fn observe_resolve(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
-        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
-            if seconds <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        // Stored per bucket, summed when rendered: one add on the request path, not one
+        // per bucket at or above it (a local hit crossed all twelve).
+        if let Some(i) = BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.latency_count.fetch_add(1, Ordering::Relaxed);
         self.latency_sum_ns.fetch_add(
@@ -277,8 +277,10 @@ impl Metrics {
             "histogram",
             "Time to resolve an id to a path.",
         );
+        let mut cumulative = 0;
         for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
-            let _ = writeln!(out, "{resolve}_bucket{{le=\"{bound}\"}} {}", get(bucket));
+            cumulative += get(bucket);
+            let _ = writeln!(out, "{resolve}_bucket{{le=\"{bound}\"}} {cumulative}");
         }
         let count = get(&self.latency_count);
         let _ = writeln!(out, "{resolve}_bucket{{le=\"+Inf\"}} {count}");
@@ -525,4 +527,37 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 fn single(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
     family(out, name, kind, help);
     let _ = writeln!(out, "{name} {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
+        text.lines()
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    }
+
+    #[test]
+    fn resolve_buckets_are_cumulative_when_rendered() {
+        let metrics = Metrics::default();
+        for micros in [5, 40, 40, 700, 2_000_000] {
+            metrics.observe_resolve(Duration::from_micros(micros));
+        }
+        let text = metrics.render(0, 0, 0);
+        let bucket = |le: &str| {
+            line(
+                &text,
+                &format!("musicd_resolve_seconds_bucket{{le=\"{le}\"}}"),
+            )
+        };
+        assert!(bucket("0.00001").ends_with(" 1"), "{text}");
+        assert!(bucket("0.00005").ends_with(" 3"), "{text}");
+        assert!(bucket("0.0005").ends_with(" 3"), "{text}");
+        assert!(bucket("0.001").ends_with(" 4"), "{text}");
+        assert!(bucket("1").ends_with(" 4"), "{text}");
+        assert!(bucket("+Inf").ends_with(" 5"), "{text}");
+        assert!(line(&text, "musicd_resolve_seconds_count").ends_with(" 5"));
+    }
 }
