@@ -72,7 +72,8 @@ impl CacheOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Resolution {
     /// The document's path, `None` when no track has this id.
-    pub(crate) path: Option<String>,
+    /// Shared with the in-process cache: a local hit copies no path.
+    pub(crate) path: Option<Arc<str>>,
     /// Where the answer came from.
     pub(crate) outcome: CacheOutcome,
     /// Time spent resolving.
@@ -133,7 +134,7 @@ impl Resolver {
         if let Some(local) = self.local.get(id, started) {
             return Ok(Resolution {
                 path: match local {
-                    Local::Path(path) => Some(path.to_string()),
+                    Local::Path(path) => Some(path),
                     Local::Absent => None,
                 },
                 outcome: CacheOutcome::Local,
@@ -188,15 +189,15 @@ impl Resolver {
                 (self.lookup(id, false).await?, CacheOutcome::Bypass)
             }
         };
-        let path = match stored {
+        let path: Option<Arc<str>> = match stored {
             None => None,
-            Some(StoredPath::Path(path)) => Some(path),
+            Some(StoredPath::Path(path)) => Some(path.into()),
             Some(StoredPath::Invalid(why)) => return Err(ResolveError::InvalidDocument(why)),
         };
         // Answers that came straight from MongoDB (Redis down) are kept too: the local
         // cache is then what shields MongoDB from the full request rate.
         let local = match &path {
-            Some(path) => Local::Path(path.as_str().into()),
+            Some(path) => Local::Path(Arc::clone(path)),
             None => Local::Absent,
         };
         self.local.put(*id, local, epoch);

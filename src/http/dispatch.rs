@@ -10,6 +10,7 @@
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use std::borrow::Cow;
 
 use super::access::AccessRequest;
 use super::app::{App, ListenerRole};
@@ -87,7 +88,7 @@ pub(crate) async fn dispatch(app: &App, role: ListenerRole, request: &Request<'_
 }
 
 /// `{prefix}/{id}[/{name}]`: CORS first, then the method, then the track.
-async fn track_route(app: &App, id: String, request: &Request<'_>) -> Dispatched {
+async fn track_route(app: &App, id: Cow<'_, str>, request: &Request<'_>) -> Dispatched {
     let access = AccessRequest::read(request);
     let rules = &app.state.access;
     let origin = access.as_ref().and_then(|a| a.origin.as_deref());

@@ -6,6 +6,7 @@
 //! prefix; [`TrackRoutes`] matches it. The id segment is percent-decoded (`%31` is `1`) so
 //! that an escaped id gets the same answer as a plain one; `{name}` is cosmetic.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
@@ -90,7 +91,8 @@ impl TrackRoutes {
     /// The id, percent-decoded, when `path` (without query) is a track URL. An id whose
     /// escapes do not decode to UTF-8 is returned as received: it is not an ObjectId either
     /// way, and the client gets the usual 400 with what it sent.
-    pub(crate) fn id(&self, path: &str) -> Option<String> {
+    /// Borrowed from `path` unless it had escapes: a track request allocates nothing here.
+    pub(crate) fn id<'a>(&self, path: &'a str) -> Option<Cow<'a, str>> {
         self.prefixes.iter().find_map(|prefix| {
             let rest = path.strip_prefix(prefix.as_str())?.strip_prefix('/')?;
             let (id, name) = match rest.split_once('/') {
@@ -101,13 +103,10 @@ impl TrackRoutes {
             if id.is_empty() || !plain_name {
                 return None;
             }
-            if !id.contains('%') {
-                return Some(id.to_string());
-            }
             Some(
                 percent_decode_str(id)
                     .decode_utf8()
-                    .map_or_else(|_| id.to_string(), |decoded| decoded.into_owned()),
+                    .unwrap_or(Cow::Borrowed(id)),
             )
         })
     }

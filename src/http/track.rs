@@ -5,6 +5,7 @@
 //! and answers from the file cache or from the disk ([`super::file`]). Failures become
 //! their JSON answers here, through `ApiError`.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use crate::timing::unix_secs;
 /// Checks the link, resolves `id` and answers with its file (or the error's answer).
 pub(crate) async fn answer(
     state: &AppState,
-    id: String,
+    id: Cow<'_, str>,
     request: FileRequest,
     link: &LinkParams,
     client: impl FnOnce() -> IpAddr,
@@ -32,17 +33,19 @@ pub(crate) async fn answer(
 
 async fn resolve_and_serve(
     state: &AppState,
-    id: String,
+    id: Cow<'_, str>,
     request: FileRequest,
     link: &LinkParams,
     client: impl FnOnce() -> IpAddr,
 ) -> (CacheOutcome, Result<Answer, ApiError>) {
     let Some(oid) = parse_track_id(&id) else {
+        let id = id.into_owned();
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
     // Before any lookup: a refused link costs no Redis or MongoDB query.
     let now = unix_secs();
     if let Err(source) = state.access.signing.check(&oid, link, now, client) {
+        let id = id.into_owned();
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));
     }
     if request.authorize_only {
@@ -54,11 +57,13 @@ async fn resolve_and_serve(
             if matches!(source, ResolveError::StoreUnavailable(_)) {
                 state.metrics.mongodb_error();
             }
+            let id = id.into_owned();
             return (CacheOutcome::None, Err(ApiError::Resolve { id, source }));
         }
     };
     state.metrics.observe_resolve(resolution.elapsed);
     let Some(path) = resolution.path else {
+        let id = id.into_owned();
         return (resolution.outcome, Err(ApiError::UnknownId { id }));
     };
     if let Some(answer) = file::from_cache(&state.files, &id, &path, &request).await {
@@ -68,8 +73,8 @@ async fn resolve_and_serve(
     state.metrics.file_cache(false);
     let served = Box::pin(file::open_and_answer(
         Arc::clone(&state.files),
-        id,
-        path,
+        id.into_owned(),
+        path.to_string(),
         request,
     ))
     .await;

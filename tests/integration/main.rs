@@ -8,6 +8,7 @@ mod harness;
 
 mod access_control;
 mod access_log;
+mod allocations;
 mod binaries;
 mod boundaries;
 mod conformance;

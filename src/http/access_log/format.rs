@@ -144,15 +144,8 @@ fn version(version: Version) -> &'static str {
 }
 
 fn request_id(out: &mut Vec<u8>, id: &RequestId) {
-    let mut text = bytes::BytesMut::with_capacity(0);
     // Ids are short and plain (checked when received, hex when ours): no escaping.
-    match id {
-        RequestId::Given(given) => out.extend_from_slice(given.as_bytes()),
-        RequestId::Generated(_) => {
-            id.write_to(&mut text);
-            out.extend_from_slice(&text);
-        }
-    }
+    id.write_to(out);
 }
 
 fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {

@@ -42,6 +42,7 @@ use super::framing::CONTINUE;
 use super::head::{self, HeadError, RequestHead};
 use super::proxy_protocol::{self, Proxied};
 use super::request_body::BodyReader;
+use super::spare;
 use crate::http::service::{Answer, Exchange, Pacing, Received, RequestId, Service};
 
 /// How long, once stopping, a connection accepted just before may take to send its first
@@ -231,8 +232,10 @@ impl<S: Service> Connection<S> {
             self.served += 1;
             if self.input.is_empty() {
                 // An idle keep-alive connection holds no buffer (thousands of them wait
-                // for every one that is busy); the next request allocates afresh.
-                self.input = BytesMut::new();
+                // for every one that is busy): it goes back to the loop's spares, whole
+                // again once the head split from it is dropped.
+                drop(raw);
+                spare::give(std::mem::take(&mut self.input));
             }
         }
     }
@@ -344,7 +347,9 @@ impl<S: Service> Connection<S> {
                     continue;
                 }
             }
-            if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
+            if self.input.capacity() == 0 {
+                self.input = spare::take(READ_CHUNK);
+            } else if self.input.capacity() - self.input.len() < READ_CHUNK / 4 {
                 self.input.reserve(READ_CHUNK);
             }
             let room = self.input.capacity() - self.input.len();

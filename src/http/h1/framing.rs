@@ -89,6 +89,10 @@ pub(crate) struct ResponseHead<'a> {
     pub(crate) request_id: &'a RequestId,
 }
 
+/// Bytes of a response head beyond its preformatted lines: the status line, the framing
+/// and connection lines, the date and the request id.
+pub(super) const HEAD_ROOM: usize = 192;
+
 /// Writes a response head into `out`.
 pub(crate) fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
     let ResponseHead {
@@ -103,8 +107,8 @@ pub(crate) fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         !has_framing_line(lines),
         "preformatted lines must not carry framing"
     );
-    // One allocation for the whole head (the buffer is empty between requests).
-    out.reserve(lines.len() + 192);
+    // Room for the whole head at once (the buffer is empty between requests).
+    out.reserve(lines.len() + HEAD_ROOM);
     out.put_slice(b"HTTP/1.1 ");
     out.put_slice(status.as_str().as_bytes());
     out.put_u8(b' ');

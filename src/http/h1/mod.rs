@@ -12,6 +12,7 @@
 //! * `send`: head and body senders (`writev`, `sendfile`, copies, pacing, router bodies);
 //! * `busy`: the 503 for connections over the cap;
 //! * `proxy_protocol`: the PROXY header a load balancer may put first;
+//! * `spare`: the event loop's spare buffers, so a keep-alive request allocates none;
 //! * `zerocopy`: the two syscalls.
 
 pub(crate) mod busy;
@@ -21,6 +22,7 @@ pub mod head;
 pub(crate) mod proxy_protocol;
 pub(crate) mod request_body;
 mod send;
+mod spare;
 pub(crate) mod zerocopy;
 
 use std::time::Duration;

@@ -22,6 +22,7 @@ use tokio::io::Interest;
 
 use super::conn::Connection;
 use super::framing::{self, Framing, ResponseHead};
+use super::spare;
 use super::zerocopy;
 use crate::http::service::{Answer, Identity, Payload, RequestId, Segment, Service};
 
@@ -78,6 +79,9 @@ impl<S: Service> Connection<S> {
             payload.exact_len()
         };
         let decision = framing::decide(status, head, len, version, keep_alive);
+        if self.output.capacity() == 0 {
+            self.output = spare::take(lines.len() + framing::HEAD_ROOM);
+        }
         framing::write_head(
             &mut self.output,
             &ResponseHead {
@@ -117,9 +121,11 @@ impl<S: Service> Connection<S> {
             return Ok(());
         }
         let output = std::mem::take(&mut self.output);
-        // Once written the buffer is dropped, not kept: `flush` runs before the connection
-        // waits for its next request, and a waiting connection should hold nothing.
-        self.send_all(&output, false).await
+        // Once written the buffer goes back to the loop, not kept: `flush` runs before the
+        // connection waits for its next request, and a waiting connection holds nothing.
+        let sent = self.send_all(&output, false).await;
+        spare::give(output);
+        sent
     }
 
     async fn send_bytes(&mut self, bytes: Bytes) -> Result<u64, u64> {
@@ -201,6 +207,7 @@ impl<S: Service> Connection<S> {
                 Err(err) => return Err(err),
             }
         }
+        spare::give(output);
         Ok(())
     }
 
@@ -217,6 +224,7 @@ impl<S: Service> Connection<S> {
         let mut sent = 0u64;
         let output = std::mem::take(&mut self.output);
         let head = self.send_all(&output, true).await;
+        spare::give(output);
         head.map_err(|_| 0u64)?;
         for segment in segments {
             let result = match segment {

@@ -49,7 +49,7 @@ impl RequestId {
     }
 
     /// Appends the id to `out` (what `Display` prints, without the formatting machinery).
-    pub(crate) fn write_to(&self, out: &mut BytesMut) {
+    pub(crate) fn write_to(&self, out: &mut impl BufMut) {
         match self {
             RequestId::Given(id) => out.put_slice(id.as_bytes()),
             RequestId::Generated(n) => {
@@ -62,7 +62,7 @@ impl RequestId {
 }
 
 /// `value` in lowercase hex, at least `width` digits.
-fn put_hex(out: &mut BytesMut, value: u64, width: usize) {
+fn put_hex(out: &mut impl BufMut, value: u64, width: usize) {
     let digits = (16 - value.leading_zeros() as usize / 4).max(width);
     for shift in (0..digits).rev() {
         out.put_u8(b"0123456789abcdef"[((value >> (shift * 4)) & 0xf) as usize]);
