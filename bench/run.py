@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REL = ROOT / "target" / "release"
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
-# Five rounds: on this shared machine one 5 s round of a cell moves by up to 40 %, and
-# three left ratios near 1 to chance.
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+# Ten rounds: on this shared machine one 5 s round of a cell moves by up to 40 %; the
+# verdicts come from the rounds' paired ratios, and ten give their median a usable interval.
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
 # Each target of a cell first runs this long, not counted: the first round after another
 # server ran was the slow one (caches, CPU frequency, the server's own warm-up).
 WARMUP = int(os.environ.get("BENCH_WARMUP_SECONDS", "1"))
@@ -516,6 +516,9 @@ def main():
     logged_cell = lambda file, key: [
         ("nginx", (f"{nl}/media/{file}", nginx_pids, None, None)), *peers_for(f"/media/{file}", True),
         *limit_for(key), ("musicd", (f"{lg}/musicdb/{ids[file]}/a.mp3", lp, None, None)),
+        # The same request to the musicd that logs nothing, in the same rounds: what the
+        # access log costs is then a paired difference.
+        ("musicd logs off", (f"{d}/musicdb/{ids[file]}/a.mp3", dp, None, None)),
         *logged_baseline(f"/musicdb/{ids[file]}/a.mp3")]
     # (cell, connections, [(label, (url, pids, script, paths))]): "nginx" is the ratio's
     # reference in the first table, "musicd" the contender.
@@ -528,7 +531,7 @@ def main():
         ("4 KiB file, access logs on", 100, logged_cell("small.mp3", "small")),
         ("1,000 files of 2-8 KiB, access logs on", 100, [
             ("nginx", (nl, nginx_pids, *many)), *peers_for("", True, *many), *limit_for("mean", *many),
-            ("musicd", (lg, lp, *mine)), *logged_baseline("", *mine)]),
+            ("musicd", (lg, lp, *mine)), ("musicd logs off", (d, dp, *mine)), *logged_baseline("", *mine)]),
         ("4 MiB file", 10, file_cell("big.mp3", "big", 10)),
         ("4 MiB file, access logs on", 10, logged_cell("big.mp3", "big")),
         ("4 MiB file, musicd file cache off", 10, [
@@ -583,17 +586,42 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
 
 
+# The bars of issue 38: musicd's CPU per request against the limit server's, and what the
+# access log may cost.
+CPU_BAR = 1.3
+LOG_THROUGHPUT_BAR = 0.95
+LOG_CPU_BAR = 0.3
+# The confidence of an interval, and how many resamples estimate it.
+CONFIDENCE = 0.90
+RESAMPLES = 4000
+
+
+def interval(values):
+    """The median of `values` with its bootstrap confidence interval: (low, median, high).
+    Resampling is seeded, so the same rounds give the same interval."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return float("nan"), float("nan"), float("nan")
+    draw = random.Random(len(values))
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(RESAMPLES))
+    tail = (1 - CONFIDENCE) / 2
+    return (medians[int(tail * RESAMPLES)], statistics.median(values),
+            medians[min(RESAMPLES - 1, int((1 - tail) * RESAMPLES))])
+
+
 def paired(a_runs, b_runs, key):
     """Round-by-round ratios of a to b (rounds alternate the targets, so round r of each ran
-    close in time): (min, median, max)."""
-    ratios = [a[key] / b[key] for a, b in zip(a_runs, b_runs) if b[key] and not math.isnan(a[key] / b[key])]
-    if not ratios:
-        return float("nan"), float("nan"), float("nan")
-    return min(ratios), statistics.median(ratios), max(ratios)
+    close in time): their median and its 90 % interval, (low, median, high)."""
+    return interval([a[key] / b[key] for a, b in zip(a_runs, b_runs) if b[key]])
+
+
+def paired_difference(a_runs, b_runs, key):
+    """Round-by-round differences a - b: their median and its 90 % interval."""
+    return interval([a[key] - b[key] for a, b in zip(a_runs, b_runs)])
 
 
 def verdict(low, high):
-    """A difference is outside the noise only when every round agrees on it."""
+    """A difference is called only when its whole interval is on one side of 1."""
     if low > 1:
         return "lead"
     if high < 1:
@@ -620,10 +648,10 @@ def report(rows, musicd):
         "\"access logs on\" (nginx `access_log ... combined buffer=64k flush=1s`, h2o and lighttpd their "
         "default access logs, musicd `format = \"combined\"` to a file).",
         "",
-        "A ratio is outside the noise only when every round agrees: \"lead\" when musicd beat the "
-        "other in each round (rounds alternate the targets, so round r of each ran close in time), "
-        "\"behind\" when it lost each round, otherwise \"inside noise\". Spreads are the range of those "
-        "round-by-round ratios.",
+        "Ratios are paired: rounds alternate the targets, so round r of each ran close in time, and a "
+        "ratio is the median of the round-by-round ratios with its 90 % bootstrap interval. A lead "
+        "or a lag is called only when the whole interval is on one side of 1 (\"lead\", "
+        "\"behind\"), otherwise \"inside noise\".",
         "",
         "## Every server",
         "",
@@ -648,7 +676,7 @@ def report(rows, musicd):
     lines += ["", "## musicd against the best peer and the limit", "",
               "The best peer is the fastest of nginx, h2o and lighttpd by median in that cell. "
               "Whole-box CPU per unit is musicd's over the best peer's.", "",
-              "| cell | conns | best peer | musicd / best (median) | spread | verdict | box CPU musicd / best | "
+              "| cell | conns | best peer | musicd / best (median) | 90 % interval | verdict | box CPU musicd / best | "
               "musicd / limit | best peer / limit | p99 ms musicd / nginx |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     summary = {}
@@ -670,9 +698,9 @@ def report(rows, musicd):
     lines += ["", "## musicd against nginx in every cell", "",
               "(In the signed-link cell the reference is the same musicd with an unsigned link; in the "
               "Node cell, a Node `http` hello server.)", "",
-              "p99 is judged the same way, round by round: \"lower\" when musicd's p99 was below the "
-              "reference's in every round, \"higher\" when above in every round.", "",
-              "| cell | conns | reference | musicd | musicd / reference (median) | spread | verdict | p99 ms reference / musicd | p99 musicd / reference (spread) | p99 verdict |",
+              "p99 is judged the same way: \"lower\" when the whole interval of musicd's p99 over the "
+              "reference's is below 1, \"higher\" when above.", "",
+              "| cell | conns | reference | musicd | musicd / reference (median) | 90 % interval | verdict | p99 ms reference / musicd | p99 musicd / reference (interval) | p99 verdict |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for name, conns, runs in rows:
         m, ref = runs.get("musicd"), runs.get("nginx")
@@ -692,7 +720,7 @@ def report(rows, musicd):
         lines += ["", "## Other musicd builds and settings against this one (same run, alternated)", "",
                   (f"baseline: {BASELINE_BIN}. " if BASELINE_BIN else "") +
                   "; ".join(f"musicd {v}: {', '.join(f'{k}={x}' for k, x in e.items())}" for v, e in VARIANTS), "",
-                  "| cell | conns | build | median | other / this musicd (median) | spread | verdict | server CPU | box CPU | p99 ms |",
+                  "| cell | conns | build | median | other / this musicd (median) | 90 % interval | verdict | server CPU | box CPU | p99 ms |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for name, conns, runs in rows:
             big = "4 MiB" in name
@@ -721,16 +749,40 @@ def report(rows, musicd):
                 f"{med(series, 'wrk_s_gb'):.3f} | {med(series, 'softirq_s_gb'):.3f} | {med(series, 'box_s_gb'):.3f} | "
                 f"{med(series, 'box_busy') * 100:.0f} % | {med(series, 'sndbuf_kib'):,.0f} | {med(series, 'queued_kib'):,.0f} | "
                 f"{med(series, 'notsent_kib'):,.0f} |")
-    by_name = {(name, conns): runs for name, conns, runs in rows}
-    for plain, logged in [(("4 KiB file", 100), ("4 KiB file, access logs on", 100)),
-                          (("1,000 files of 2-8 KiB", 100), ("1,000 files of 2-8 KiB, access logs on", 100))]:
-        if plain in by_name and logged in by_name:
-            off, on = by_name[plain], by_name[logged]
+    limit_rows = [(name, conns, runs) for name, conns, runs in rows
+                  if runs.get("limit") and runs.get("musicd") and "4 MiB" not in name]
+    if limit_rows:
+        lines += ["", "## Server CPU per request against the limit server", "",
+                  "Each server's own CPU (user + system) over the requests it answered, paired round by "
+                  f"round with the limit server's. The bar: musicd at most {CPU_BAR}x the limit server, "
+                  "the interval's upper end included.", "",
+                  "| cell | conns | server | µs/req (median) | / limit (median) | 90 % interval | within the bar |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, conns, runs in limit_rows:
+            for label in ("musicd", "nginx", "h2o", "lighttpd"):
+                if not runs.get(label):
+                    continue
+                low, mid, high = paired(runs[label], runs["limit"], "cpu_us_req")
+                lines.append(f"| {name} | {conns} | {label} | {med(runs[label], 'cpu_us_req'):.1f} | {mid:.2f} | "
+                             f"{low:.2f}-{high:.2f} | {('yes' if high <= CPU_BAR else 'no') if label == 'musicd' else '-'} |")
+    log_rows = [(name, conns, runs) for name, conns, runs in rows if runs.get("musicd logs off") and runs.get("musicd")]
+    if log_rows:
+        lines += ["", "## What the access log costs musicd", "",
+                  "The musicd that logs (`format = \"combined\"` to a file) and the one that logs nothing, "
+                  "alternated in the same rounds. The bars: logs-on throughput at least "
+                  f"{LOG_THROUGHPUT_BAR}x logs-off, the interval's lower end included, and at most "
+                  f"{LOG_CPU_BAR} µs of CPU a request, the interval's upper end included.", "",
+                  "| cell | conns | on / off throughput (median) | 90 % interval | within the bar | "
+                  "CPU µs/req off, on | on - off µs/req (median) | 90 % interval | within the bar |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for name, conns, runs in log_rows:
+            on, off = runs["musicd"], runs["musicd logs off"]
+            low, mid, high = paired(on, off, "rps")
+            d_low, d_mid, d_high = paired_difference(on, off, "cpu_us_req")
             lines.append(
-                f"\n{plain[0]}, {plain[1]} conns, access log on / off (same run): " +
-                ", ".join(f"{s} {med(on[s], 'rps') / med(off[s], 'rps'):.2f}"
-                          for s in ("musicd", "nginx", "h2o", "lighttpd") if on.get(s) and off.get(s)) +
-                f"; musicd CPU µs/req {med(off['musicd'], 'cpu_us_req'):.1f} off, {med(on['musicd'], 'cpu_us_req'):.1f} on")
+                f"| {name} | {conns} | {mid:.2f} | {low:.2f}-{high:.2f} | {'yes' if low >= LOG_THROUGHPUT_BAR else 'no'} | "
+                f"{med(off, 'cpu_us_req'):.2f}, {med(on, 'cpu_us_req'):.2f} | {d_mid:+.2f} | {d_low:+.2f}..{d_high:+.2f} | "
+                f"{'yes' if d_high <= LOG_CPU_BAR else 'no'} |")
     rss = Path(f"/proc/{musicd['direct'].pid}/status").read_text()
     vmrss = re.search(r"VmRSS:\s+(\d+)", rss)
     lines += ["", f"musicd (direct) RSS after the run: {int(vmrss.group(1)) // 1024 if vmrss else '?'} MiB "
