@@ -1,11 +1,14 @@
 //! `/metrics` in the Prometheus text format, from plain atomic counters.
 //!
 //! Counting is a relaxed atomic add on the request path (no locks, no allocation); the
-//! text is built only when `/metrics` is scraped.
+//! text is built only when `/metrics` is scraped. The counters are kept in shards, one
+//! per event loop thread (each on its own cache lines), and summed when scraped: a dozen
+//! adds a request to lines every core shares would bounce those lines between the cores.
 
+use std::cell::Cell;
 use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::routes::Route;
@@ -70,22 +73,34 @@ impl RequestHistogram {
         );
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
+    /// Renders the sum of `shards`' histograms.
+    fn render<'a>(
+        out: &mut String,
+        name: &str,
+        help: &str,
+        shards: impl Iterator<Item = &'a RequestHistogram> + Clone,
+    ) {
+        let total = |counter: &dyn Fn(&RequestHistogram) -> &AtomicU64| {
+            shards
+                .clone()
+                .map(|shard| counter(shard).load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
         family(out, name, "histogram", help);
         for (r, route) in Route::ALL.iter().enumerate() {
             for (c, class) in CLASSES.iter().enumerate() {
-                let count = self.count[r][c].load(Ordering::Relaxed);
+                let count = total(&|h| &h.count[r][c]);
                 if count == 0 {
                     continue;
                 }
                 let labels = format!("route=\"{}\",status=\"{class}\"", route.label());
                 let mut cumulative = 0;
-                for (bucket, bound) in self.buckets[r][c].iter().zip(REQUEST_BUCKETS) {
-                    cumulative += bucket.load(Ordering::Relaxed);
+                for (i, bound) in REQUEST_BUCKETS.iter().enumerate() {
+                    cumulative += total(&|h| &h.buckets[r][c][i]);
                     let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
                 }
                 let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
-                let sum = self.sum_ns[r][c].load(Ordering::Relaxed) as f64 / 1e9;
+                let sum = total(&|h| &h.sum_ns[r][c]) as f64 / 1e9;
                 let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
                 let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
             }
@@ -93,9 +108,46 @@ impl RequestHistogram {
     }
 }
 
+/// Shards of the counters: at least as many as a machine of this size runs event loops.
+/// Threads beyond it share shards (still correct, only less spread).
+const SHARDS: usize = 16;
+
+/// The shard the calling thread counts into, chosen on its first count.
+fn shard_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX
+        .try_with(|index| {
+            if index.get() == usize::MAX {
+                index.set(NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS);
+            }
+            index.get()
+        })
+        .unwrap_or(0)
+}
+
 /// All counters of one server.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Metrics {
+    shards: Box<[Shard]>,
+    open_connections: Arc<AtomicI64>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
+            open_connections: Arc::default(),
+        }
+    }
+}
+
+/// The counters one thread adds to, on cache lines of their own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
     requests: [[AtomicU64; STATUSES.len()]; Route::ALL.len()],
     bytes_sent: AtomicU64,
     cache: [AtomicU64; OUTCOMES.len()],
@@ -105,16 +157,29 @@ pub(crate) struct Metrics {
     latency_count: AtomicU64,
     latency_sum_ns: AtomicU64,
     mongodb_errors: AtomicU64,
+    /// Responses started minus ended on this shard's threads (a response may end on
+    /// another thread's shard, so one shard alone can go below zero; the sum cannot).
     in_flight: AtomicI64,
-    open_connections: Arc<AtomicI64>,
     durations: RequestHistogram,
     ttfb: RequestHistogram,
 }
 
 impl Metrics {
+    fn shard(&self) -> &Shard {
+        &self.shards[shard_index() % self.shards.len()]
+    }
+
+    /// The sum of one counter over the shards.
+    fn total(&self, counter: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+        self.shards
+            .iter()
+            .map(|shard| counter(shard).load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// A response began (its body is being sent).
     pub(crate) fn response_started(&self) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.shard().in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A response ended: count it.
@@ -125,15 +190,16 @@ impl Metrics {
         bytes: u64,
         cache: CacheOutcome,
     ) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let shard = self.shard();
+        shard.in_flight.fetch_sub(1, Ordering::Relaxed);
         let slot = STATUSES
             .iter()
             .position(|s| *s == status)
             .unwrap_or(STATUSES.len() - 1);
-        self.requests[route.index()][slot].fetch_add(1, Ordering::Relaxed);
-        self.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+        shard.requests[route.index()][slot].fetch_add(1, Ordering::Relaxed);
+        shard.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
         if let Some(i) = OUTCOMES.iter().position(|o| *o == cache) {
-            self.cache[i].fetch_add(1, Ordering::Relaxed);
+            shard.cache[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -145,9 +211,10 @@ impl Metrics {
         duration: Duration,
         ttfb: Option<Duration>,
     ) {
-        self.durations.observe(route, status, duration);
+        let shard = self.shard();
+        shard.durations.observe(route, status, duration);
         if let Some(ttfb) = ttfb {
-            self.ttfb.observe(route, status, ttfb);
+            shard.ttfb.observe(route, status, ttfb);
         }
     }
 
@@ -156,11 +223,12 @@ impl Metrics {
         let seconds = elapsed.as_secs_f64();
         // Stored per bucket, summed when rendered: one add on the request path, not one
         // per bucket at or above it (a local hit crossed all twelve).
+        let shard = self.shard();
         if let Some(i) = BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+            shard.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
         }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_sum_ns.fetch_add(
+        shard.latency_count.fetch_add(1, Ordering::Relaxed);
+        shard.latency_sum_ns.fetch_add(
             u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
@@ -168,16 +236,17 @@ impl Metrics {
 
     /// A file was (true) or was not (false) answered from memory.
     pub(crate) fn file_cache(&self, hit: bool) {
+        let shard = self.shard();
         if hit {
-            self.file_cache_hits.fetch_add(1, Ordering::Relaxed);
+            shard.file_cache_hits.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.file_cache_misses.fetch_add(1, Ordering::Relaxed);
+            shard.file_cache_misses.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// MongoDB failed a lookup.
     pub(crate) fn mongodb_error(&self) {
-        self.mongodb_errors.fetch_add(1, Ordering::Relaxed);
+        self.shard().mongodb_errors.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The open-connections gauge, for the accept loops to count into.
@@ -193,7 +262,6 @@ impl Metrics {
         local_ids: usize,
     ) -> String {
         let mut out = String::with_capacity(4096);
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let requests = "musicd_requests_total";
         family(
             &mut out,
@@ -203,7 +271,7 @@ impl Metrics {
         );
         for (r, route) in Route::ALL.iter().map(|route| route.label()).enumerate() {
             for (s, status) in STATUSES.iter().enumerate() {
-                let n = get(&self.requests[r][s]);
+                let n = self.total(|shard| &shard.requests[r][s]);
                 if n > 0 {
                     let status = if *status == 0 {
                         "other".to_string()
@@ -222,7 +290,7 @@ impl Metrics {
             "musicd_sent_bytes_total",
             "counter",
             "Body bytes sent.",
-            get(&self.bytes_sent),
+            self.total(|shard| &shard.bytes_sent),
         );
         let ids = "musicd_id_cache_total";
         family(
@@ -236,7 +304,7 @@ impl Metrics {
                 out,
                 "{ids}{{outcome=\"{}\"}} {}",
                 outcome.as_str(),
-                get(&self.cache[i])
+                self.total(|shard| &shard.cache[i])
             );
         }
         let files = "musicd_file_cache_total";
@@ -249,12 +317,12 @@ impl Metrics {
         let _ = writeln!(
             out,
             "{files}{{result=\"hit\"}} {}",
-            get(&self.file_cache_hits)
+            self.total(|shard| &shard.file_cache_hits)
         );
         let _ = writeln!(
             out,
             "{files}{{result=\"miss\"}} {}",
-            get(&self.file_cache_misses)
+            self.total(|shard| &shard.file_cache_misses)
         );
         single(
             &mut out,
@@ -278,27 +346,29 @@ impl Metrics {
             "Time to resolve an id to a path.",
         );
         let mut cumulative = 0;
-        for (bucket, bound) in self.latency_buckets.iter().zip(BUCKETS) {
-            cumulative += get(bucket);
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.total(|shard| &shard.latency_buckets[i]);
             let _ = writeln!(out, "{resolve}_bucket{{le=\"{bound}\"}} {cumulative}");
         }
-        let count = get(&self.latency_count);
+        let count = self.total(|shard| &shard.latency_count);
         let _ = writeln!(out, "{resolve}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(
             out,
             "{resolve}_sum {}",
-            get(&self.latency_sum_ns) as f64 / 1e9
+            self.total(|shard| &shard.latency_sum_ns) as f64 / 1e9
         );
         let _ = writeln!(out, "{resolve}_count {count}");
-        self.durations.render(
+        RequestHistogram::render(
             &mut out,
             "musicd_request_duration_seconds",
             "Time from a request's head to the end of its response, by route and status class.",
+            self.shards.iter().map(|shard| &shard.durations),
         );
-        self.ttfb.render(
+        RequestHistogram::render(
             &mut out,
             "musicd_ttfb_seconds",
             "Time from a request's head to its response head being written, by route and status class.",
+            self.shards.iter().map(|shard| &shard.ttfb),
         );
         let upstream = "musicd_upstream_errors_total";
         family(
@@ -311,9 +381,13 @@ impl Metrics {
         let _ = writeln!(
             out,
             "{upstream}{{upstream=\"mongodb\"}} {}",
-            get(&self.mongodb_errors)
+            self.total(|shard| &shard.mongodb_errors)
         );
-        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        let in_flight: i64 = self
+            .shards
+            .iter()
+            .map(|shard| shard.in_flight.load(Ordering::Relaxed))
+            .sum();
         single(
             &mut out,
             "musicd_in_flight_responses",
@@ -537,6 +611,50 @@ mod tests {
         text.lines()
             .find(|line| line.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    }
+
+    #[test]
+    fn counts_from_every_thread_are_summed_when_scraped() {
+        let metrics = Metrics::default();
+        std::thread::scope(|scope| {
+            for _ in 0..(SHARDS + 3) {
+                scope.spawn(|| {
+                    for _ in 0..10 {
+                        metrics.response_started();
+                        metrics.response_finished(Route::Track, 200, 4096, CacheOutcome::Local);
+                        metrics.observe_request(
+                            Route::Track,
+                            200,
+                            Duration::from_micros(300),
+                            Some(Duration::from_micros(100)),
+                        );
+                    }
+                });
+            }
+            // A response that starts on one thread and ends on another.
+            scope
+                .spawn(|| metrics.response_started())
+                .join()
+                .expect("start");
+        });
+        std::thread::scope(|scope| {
+            scope.spawn(|| metrics.response_finished(Route::Healthz, 200, 0, CacheOutcome::None));
+        });
+        let text = metrics.render(0, 0, 0);
+        let total = (SHARDS + 3) * 10;
+        let requests = format!("musicd_requests_total{{route=\"track\",status=\"200\"}} {total}");
+        assert!(text.contains(&requests), "{text}");
+        assert!(
+            text.contains(&format!("musicd_sent_bytes_total {}", total * 4096)),
+            "{text}"
+        );
+        assert!(text.contains("musicd_in_flight_responses 0"), "{text}");
+        let duration = format!(
+            "musicd_request_duration_seconds_bucket{{route=\"track\",status=\"2xx\",le=\"0.0005\"}} {total}"
+        );
+        assert!(text.contains(&duration), "{text}");
+        let ttfb = format!("musicd_ttfb_seconds_count{{route=\"track\",status=\"2xx\"}} {total}");
+        assert!(text.contains(&ttfb), "{text}");
     }
 
     #[test]
