@@ -155,7 +155,20 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     };
-    let _ = write!(out, "{ip}");
+    match ip {
+        // Nearly every line's client: four numbers, without the formatting machinery.
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            number(out, a);
+            for octet in [b, c, d] {
+                out.push(b'.');
+                number(out, octet);
+            }
+        }
+        IpAddr::V6(_) => {
+            let _ = write!(out, "{ip}");
+        }
+    }
 }
 
 /// Seconds with millisecond precision, like nginx's `$request_time`.
@@ -354,6 +367,22 @@ mod tests {
             "\"GET /musicdb/abc/x.mp3?q=\\x221\\x22 HTTP/1.1\" 206 4096 \"-\" \
              \"VLC/3.0 \\x22x\\x22\\x0A\" r-1 hit 1.234 0.000 1\n"
         );
+    }
+
+    #[test]
+    fn clients_are_written_as_their_addresses_read() {
+        for (ip, text) in [
+            ("0.0.0.0", "0.0.0.0"),
+            ("255.255.255.255", "255.255.255.255"),
+            ("10.9.100.1", "10.9.100.1"),
+            ("2001:db8::1", "2001:db8::1"),
+            ("::ffff:192.0.2.9", "192.0.2.9"),
+            ("::1", "::1"),
+        ] {
+            let mut out = Vec::new();
+            write_ip(&mut out, ip.parse().expect("ip"));
+            assert_eq!(String::from_utf8(out).expect("ascii"), text);
+        }
     }
 
     #[test]
