@@ -401,9 +401,11 @@ async fn rfc9112_11_2_smuggling_vectors_are_refused_and_close_the_connection() {
     .await;
 }
 
-/// The odd-but-valid corpus, and random mutations of both corpora: whatever comes in,
-/// what goes out is well framed and never more than the requests (the in-suite share of
-/// the `connection` fuzz target, which runs the same checker for longer).
+/// The odd-but-valid corpus, and random mutations of it, of the refused corpus and of the
+/// `connection` fuzz target's seeds: whatever comes in, what goes out is well framed and
+/// never more than the requests. This is the suite's share of that fuzz target (same
+/// checker, same seeds, a live backend); `scripts/fuzz.sh` runs the coverage-guided fuzzer
+/// for longer. `MUSICD_MUTATION_ROUNDS` runs more rounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
     let (_env, server, id, _) = server_with_track(&[]).await;
@@ -416,6 +418,11 @@ async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
         }
         let mut seeds: Vec<Vec<u8>> = corpus::odd(&track).into_iter().map(|(_, i)| i).collect();
         seeds.extend(corpus::refused(&track).into_iter().map(|v| v.input));
+        seeds.extend(fuzz_seeds(&id));
+        let rounds: usize = std::env::var("MUSICD_MUTATION_ROUNDS")
+            .ok()
+            .and_then(|rounds| rounds.parse().ok())
+            .unwrap_or(5000);
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
             state ^= state << 13;
@@ -423,7 +430,7 @@ async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
             state ^= state << 17;
             state
         };
-        for round in 0..300 {
+        for round in 0..rounds {
             let mut input = seeds[(next() as usize) % seeds.len()].clone();
             for _ in 0..=(next() % 4) {
                 let at = (next() as usize) % (input.len() + 1);
@@ -457,6 +464,43 @@ async fn any_bytes_get_well_framed_answers_and_never_more_than_asked() {
         assert_eq!(answers[0].status, 200);
     })
     .await;
+}
+
+/// The `connection` fuzz target's seeds (`fuzz/seeds/connection`), each track id in them
+/// replaced by `id` so that their requests reach a track that exists.
+fn fuzz_seeds(id: &str) -> Vec<Vec<u8>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/connection");
+    let mut seeds = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("fuzz/seeds/connection") {
+        let bytes = std::fs::read(entry.expect("seed").path()).expect("read seed");
+        let mut seed = Vec::with_capacity(bytes.len());
+        let mut rest = &bytes[..];
+        while let Some(at) = rest.windows(9).position(|w| w == b"/musicdb/") {
+            let start = at + 9;
+            seed.extend_from_slice(&rest[..start]);
+            let hex = rest[start..]
+                .iter()
+                .take(24)
+                .take_while(|b| b.is_ascii_hexdigit())
+                .count();
+            if hex == 24 {
+                seed.extend_from_slice(id.as_bytes());
+            } else {
+                seed.extend_from_slice(&rest[start..start + hex]);
+            }
+            rest = &rest[start + hex..];
+        }
+        seed.extend_from_slice(rest);
+        seeds.push(seed);
+    }
+    assert!(seeds.len() >= 9, "the fuzz seeds are missing from {dir:?}");
+    assert!(
+        seeds
+            .iter()
+            .any(|seed| seed.windows(id.len()).any(|w| w == id.as_bytes())),
+        "no fuzz seed names a track"
+    );
+    seeds
 }
 
 /// RFC 9112 §3: a request line that is not `method SP request-target SP HTTP-version`
