@@ -420,6 +420,13 @@ pub(crate) fn render_file_checks(out: &mut String, cache: &super::file::cache::F
     let _ = writeln!(out, "{checks}{{by=\"drain\"}} {}", cache.drains());
     single(
         out,
+        "musicd_file_cache_mount_changes_total",
+        "counter",
+        "Times the mount table changed: every cached file is then checked with a stat again.",
+        cache.mount_changes(),
+    );
+    single(
+        out,
         "musicd_file_cache_watches",
         "gauge",
         "inotify watches held by the file cache (cache.file_watches caps them).",

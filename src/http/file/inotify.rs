@@ -182,6 +182,8 @@ pub(crate) struct Watcher {
     tables: Mutex<Tables>,
     watches: AtomicUsize,
     drains: AtomicU64,
+    /// Times the mount table changed and every watch was dropped.
+    mount_changes: AtomicU64,
 }
 
 impl Watcher {
@@ -213,6 +215,7 @@ impl Watcher {
             }),
             watches: AtomicUsize::new(0),
             drains: AtomicU64::new(0),
+            mount_changes: AtomicU64::new(0),
         })
     }
 
@@ -251,6 +254,11 @@ impl Watcher {
     /// Drains made.
     pub(crate) fn drains(&self) -> u64 {
         self.drains.load(Ordering::Relaxed)
+    }
+
+    /// Mount-table changes seen (each dropped every watch).
+    pub(crate) fn mount_changes(&self) -> u64 {
+        self.mount_changes.load(Ordering::Relaxed)
     }
 
     /// Whether `entry` is current for a request read at `read_ns`: armed, and no event
@@ -296,6 +304,7 @@ impl Watcher {
             tracing::info!(
                 "the mount table changed: every cached file is checked with a stat again"
             );
+            self.mount_changes.fetch_add(1, Ordering::Relaxed);
             self.forget_all(tables);
         }
         if events.contains(PollFlags::IN) && !self.read_events(tables) {
