@@ -3,10 +3,16 @@
 # Integration tests start their own private redis-server and mongod on free loopback ports.
 #
 # Where the time goes (two cores): compiling is bound by the processor, the tests and the
-# soaks mostly wait on their servers. So after the checks and the test build, three things
-# run side by side: the release build (the package and image tests wait for it, on cargo's
-# lock, and it runs niced so that it takes only what they leave), the tests, and the two
-# soaks. The fleet's partitions then run alone: they need the whole machine.
+# soaks mostly wait on their servers. So the steps overlap:
+#   the release build      from the start (the package and image tests need it);
+#   the debug build        beside it; then, once it is done, side by side:
+#   the tests              all but the package and image tests, which run once the
+#                          release build is done, and the fleet, which runs last;
+#   the two soaks          one after the other;
+#   clippy                 niced, in its own target directory (its checks share nothing
+#                          with a build, and it blocks nothing).
+# The fleet's partitions then run alone: they need the whole machine. Cargo locks each
+# profile's directory on its own, so the builds do not wait for each other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,34 +25,19 @@ scripts/install-deps.sh
 export MUSICD_TEST_MONGOD="${MUSICD_TEST_MONGOD:-$PWD/.tools/bin/mongod}"
 export PATH="$PWD/.tools/bin:$PATH"
 logs=$(mktemp -d)
+failed=()
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
-step "cargo clippy -D warnings"
-cargo clippy --locked --workspace --all-targets -- -D warnings
-step "build the tests, the binaries and the soak (debug)"
-# The test programs are run directly below, not through `cargo test`, which would wait on
-# cargo's lock for the release build running beside them.
-cargo test --locked --workspace --all-targets --no-run --message-format=json-render-diagnostics \
-  >"$logs/build.json"
-python3 - "$logs/build.json" >"$logs/programs" <<'PY'
-import json, os, sys
-for line in open(sys.argv[1]):
-    if not line.startswith("{"):
-        continue
-    message = json.loads(line)
-    if (message.get("reason") == "compiler-artifact" and message["profile"]["test"]
-            and message.get("executable") and "example" not in message["target"]["kind"]):
-        print(os.path.dirname(message["manifest_path"]), message["executable"])
-PY
+
+step "the release build, beside the debug build of the tests, binaries and soak"
+cargo build --release --locked --bins </dev/null >"$logs/release.log" 2>&1 &
+release=$!
+cargo test --locked --workspace --all-targets --no-run
 # `cargo test` builds the examples as tests only; the soak runs as the program it is.
 cargo build --locked --example soak
 
-step "side by side: the release build, the two soaks, the tests"
-# Only the build: the package and image tests run scripts/package.sh and scripts/image.sh
-# themselves, and wait on cargo's lock until this is done.
-nice -n 10 cargo build --release --locked --bins </dev/null >"$logs/release.log" 2>&1 &
-release=$!
+step "side by side: the tests, the two soaks, clippy"
 {
   echo "== soak: 3 minutes of overlapping faults on the fleet, seed 10 (scripts/soak.sh)"
   target/debug/examples/soak --duration 3m --chaos --seed 10 &&
@@ -54,20 +45,23 @@ release=$!
     target/debug/examples/soak --duration 3m --chaos
 } </dev/null >"$logs/soak.log" 2>&1 &
 soak=$!
-failed=()
-while read -r dir program; do
-  echo "== $program (in $dir)"
-  # The fleet in network namespaces runs alone afterwards.
-  (cd "$dir" && "$program" --skip fleet:: </dev/null) || failed+=("$program")
-done <"$logs/programs"
-wait "$release" || failed+=("the release build")
-echo "== the release build (at $((SECONDS - started)) s)"
-tail -n 3 "$logs/release.log"
+CARGO_TARGET_DIR=target/clippy nice -n 10 \
+  cargo clippy --locked --workspace --all-targets -- -D warnings </dev/null >"$logs/clippy.log" 2>&1 &
+clippy=$!
+cargo test --locked --no-fail-fast --workspace --all-targets -- \
+  --skip fleet:: --skip image:: --skip package:: </dev/null || failed+=("cargo test")
+
+step "the package and image tests, once the release build is done"
+wait "$release" || { cat "$logs/release.log"; failed+=("the release build"); }
+cargo test --locked --test integration -- image:: package:: </dev/null || failed+=("image and package tests")
+
+wait "$clippy" || failed+=("cargo clippy -D warnings")
+echo "== cargo clippy -D warnings (at $((SECONDS - started)) s)"
+cat "$logs/clippy.log"
 wait "$soak" || failed+=("the soaks")
 echo "== the soaks (at $((SECONDS - started)) s)"
 cat "$logs/soak.log"
 if [ ${#failed[@]} -gt 0 ]; then
-  [[ " ${failed[*]} " == *release* ]] && cat "$logs/release.log"
   echo "test.sh: failed: ${failed[*]}" >&2
   exit 1
 fi
