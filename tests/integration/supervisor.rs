@@ -595,7 +595,17 @@ async fn status_json_reports_the_supervisor_worker_and_readiness() {
             serde_json::from_slice(&output.stdout).expect("status --json prints JSON");
         (output.status.code(), value)
     };
-    let (code, value) = status(&env);
+    // A worker that has just started may not have reached Redis yet (on a loaded machine
+    // its first ping can time out): `status` then rightly says unavailable. Wait until it
+    // says ready, then check the whole report.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (code, value) = loop {
+        let (code, value) = status(&env);
+        if value["readiness"]["status"] == "ready" || Instant::now() > deadline {
+            break (code, value);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(code, Some(0));
     assert_eq!(value["running"], true, "{value}");
     assert_eq!(value["supervisor_pid"], daemon.supervisor_pid(), "{value}");
