@@ -271,11 +271,18 @@ async fn a_request_sent_after_a_rename_never_gets_the_old_file_under_load() {
         let server = env.musicd().await;
         let url = server.track_url(&id);
         let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // Answers checked by all clients: the writer paces its renames by them, not by a
+        // clock, so a slow machine still sees requests between every two versions.
+        let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..8)
             .map(|_| {
-                let (url, published, done) =
-                    (url.clone(), Arc::clone(&published), Arc::clone(&done));
+                let (url, published, answered, done) = (
+                    url.clone(),
+                    Arc::clone(&published),
+                    Arc::clone(&answered),
+                    Arc::clone(&done),
+                );
                 tokio::spawn(async move {
                     let client = crate::harness::client();
                     let (mut checked, mut newer) = (0u64, 0u64);
@@ -291,6 +298,7 @@ async fn a_request_sent_after_a_rename_never_gets_the_old_file_under_load() {
                         );
                         assert_eq!(body, version(got), "the body of version {got}");
                         checked += 1;
+                        answered.fetch_add(1, Ordering::SeqCst);
                         newer += u64::from(got > floor);
                     }
                     (checked, newer)
@@ -298,14 +306,25 @@ async fn a_request_sent_after_a_rename_never_gets_the_old_file_under_load() {
             })
             .collect();
         let writer = {
-            let (path, published) = (path.clone(), Arc::clone(&published));
+            let (path, published, answered) =
+                (path.clone(), Arc::clone(&published), Arc::clone(&answered));
             tokio::task::spawn_blocking(move || {
                 for g in 1..=VERSIONS {
                     let tmp = path.with_extension("tmp");
                     std::fs::write(&tmp, version(g)).expect("write");
                     std::fs::rename(&tmp, &path).expect("rename");
                     published.store(g, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(3));
+                    // The next rename once three more answers were checked (a client that
+                    // failed stops answering: its panic is reported when it is awaited).
+                    let (wanted, deadline) = (
+                        answered.load(Ordering::SeqCst) + 3,
+                        std::time::Instant::now() + Duration::from_secs(30),
+                    );
+                    while answered.load(Ordering::SeqCst) < wanted
+                        && std::time::Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                 }
             })
         };
