@@ -17,15 +17,13 @@ use mongodb::bson::doc;
 use mongodb::bson::oid::ObjectId;
 use reqwest::StatusCode;
 
-use crate::harness::{TestEnv, free_port, pattern, succeeded};
+use crate::harness::{TestEnv, free_port, pattern, repo_script, succeeded};
 
 /// The image, built once per test run: its name and its size in bytes.
 pub(crate) fn image() -> &'static (String, u64) {
     static IMAGE: OnceLock<(String, u64)> = OnceLock::new();
     IMAGE.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let output = Command::new(root.join("scripts/image.sh"))
-            .current_dir(root)
+        let output = repo_script("scripts/image.sh")
             .output()
             .expect("scripts/image.sh");
         let stdout = succeeded(&output);

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::harness::{succeeded, tempdir};
+use crate::harness::{repo_script, succeeded, tempdir};
 
 /// Builds the package once per test run (a no-op rebuild when `scripts/test.sh` already
 /// ran `scripts/package.sh`) and returns its path.
@@ -13,8 +13,7 @@ fn package() -> &'static Path {
     static DEB: OnceLock<PathBuf> = OnceLock::new();
     DEB.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let output = Command::new(root.join("scripts/package.sh"))
-            .current_dir(root)
+        let output = repo_script("scripts/package.sh")
             .env_remove("MUSICD_CONFIG")
             .output()
             .expect("scripts/package.sh");

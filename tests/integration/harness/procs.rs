@@ -170,6 +170,31 @@ pub fn clean_command(binary: &str) -> Command {
     command
 }
 
+/// One of the repository's scripts (`scripts/package.sh`, `scripts/image.sh`), run from the
+/// repository as an operator runs it: without the variables `cargo test` sets for the test
+/// process. The `cargo build --release` inside such a script must find the build the suite
+/// made before the tests; with `CARGO_MANIFEST_DIR` set, ring's build script (which tracks
+/// it) counts as changed, and the release tree was compiled again inside the tests (about
+/// 3 minutes of the suite), then once more by the next build outside them.
+pub fn repo_script(script: &str) -> Command {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut command = Command::new(root.join(script));
+    command.current_dir(root);
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo_test = name.to_str().is_some_and(|name| {
+            name == "CARGO"
+                || name == "LD_LIBRARY_PATH"
+                || (name.starts_with("CARGO_")
+                    && name != "CARGO_HOME"
+                    && name != "CARGO_TARGET_DIR")
+        });
+        if set_by_cargo_test {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
 /// Path to a built binary of this package.
 pub fn bin(name: &str) -> PathBuf {
     match name {
