@@ -161,10 +161,13 @@ struct Options {
     report: Option<PathBuf>,
     sample_every: Duration,
     plan_only: bool,
+    /// The fleet's index; `None`: the first free one. Two soaks run side by side with
+    /// indexes of their own, so they cannot both pick the same free one at once.
+    index: Option<u8>,
 }
 
 fn usage() -> &'static str {
-    "usage: soak [--duration 1h] [--chaos] [--seed N] [--sample 60s] [--json] [--report F.html] [--plan]"
+    "usage: soak [--duration 1h] [--chaos] [--seed N] [--sample 60s] [--json] [--report F.html] [--plan] [--index N]"
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -176,6 +179,7 @@ fn parse_options() -> Result<Options, String> {
         report: None,
         sample_every: Duration::ZERO,
         plan_only: false,
+        index: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -198,6 +202,15 @@ fn parse_options() -> Result<Options, String> {
             "--chaos" => options.chaos = true,
             "--json" => options.json = true,
             "--plan" => options.plan_only = true,
+            "--index" => {
+                let index: u8 = value("--index")?
+                    .parse()
+                    .map_err(|e| format!("--index: {e}"))?;
+                if !(1..15).contains(&index) {
+                    return Err("--index: 1 to 14".into());
+                }
+                options.index = Some(index);
+            }
             "-h" | "--help" => return Err(usage().into()),
             other => return Err(format!("unknown argument {other}\n{}", usage())),
         }
@@ -363,7 +376,14 @@ async fn main() -> ExitCode {
     };
     // The musicds run as root in their namespaces but read the media through a 0700 parent
     // only root enters: fine, they are root. (No `nobody` here.)
-    let index = fleet::free_index(1);
+    let index = match options.index {
+        Some(index) if fleet::free_index(index) != index => {
+            eprintln!("soak: fleet index {index} is in use");
+            return ExitCode::from(2);
+        }
+        Some(index) => index,
+        None => fleet::free_index(1),
+    };
     let fleet = Fleet::up_with_log_disks(
         index,
         dir.path(),

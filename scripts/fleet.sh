@@ -9,5 +9,5 @@
 #   scripts/fleet.sh links | down    # `--index N` before the command picks another fleet
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --bins --example fleet
-exec target/debug/examples/fleet "$@"
+cargo build --quiet --release --locked --bins --example fleet
+exec target/release/examples/fleet "$@"

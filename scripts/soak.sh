@@ -12,5 +12,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh >/dev/null
 export PATH="$PWD/.tools/bin:$PATH"
-cargo build --quiet --locked --bins --example soak
-exec target/debug/examples/soak "$@"
+cargo build --quiet --release --locked --bins --example soak
+exec target/release/examples/soak "$@"
