@@ -7,10 +7,13 @@
 //!   `X-Ban-Url` an alternation over up to [`IDS_PER_BAN`] ids
 //!   (`^(/musicdb|/stream/musicdb)/(id1|id2|…)([/?]|$)`, the regex `musicctl purge --id`
 //!   sends for one).
-//! * **Sent twice.** Every delivered ban is sent once more [`ECHO_AFTER`] later: a copy
-//!   fetched meanwhile from a musicd that had not heard of the change yet (its pushed
-//!   eviction lost; it then keeps answers 1 s at most), or a fetch under way as the ban
-//!   arrived, is not kept for the object's TTL.
+//! * **Sent three times.** Every delivered ban is sent once more [`EARLY_ECHO_AFTER`] later
+//!   and again [`ECHO_AFTER`] later. The ban and a musicd's pushed eviction travel side
+//!   by side, so a fetch that reaches a musicd which has not applied its eviction yet, or
+//!   one under way as the ban arrived, can put the old answer back in the cache: the
+//!   early echo takes it out within a fraction of a second (it bounds staleness through
+//!   varnish), the late one covers a musicd whose pushed eviction was lost (it then keeps
+//!   answers 1 s at most). Neither copy is kept for the object's TTL.
 //! * **Retried.** A refused or failed ban is sent again after a backoff (100 ms doubling to
 //!   [`MAX_BACKOFF`]); the ids wait meanwhile, and more than [`MAX_PENDING`] of them become
 //!   one ban of every track URL: wider than needed, never narrower.
@@ -60,6 +63,12 @@ pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// up to [`crate::catalog::local::UNPUSHED_TTL`]), or a fetch under way while the ban
 /// arrived, would otherwise stay cached for the object's whole TTL.
 pub(crate) const ECHO_AFTER: Duration = Duration::from_millis(1200);
+
+/// The first echo of a delivered ban: past the time a musicd takes to apply a pushed
+/// eviction (change -> served by every musicd: p99 83 ms, docs/stack.md), so an answer a
+/// cache fetched from a musicd that had not applied it yet is gone again within about
+/// this long. It costs at most one more `BAN` per cache per [`BATCH_EVERY`].
+pub(crate) const EARLY_ECHO_AFTER: Duration = Duration::from_millis(150);
 
 /// Sequence number of an echo: never holds the resume point back.
 const ECHO_SEQ: u64 = u64::MAX;
@@ -236,11 +245,13 @@ pub(crate) struct HttpCache {
     kept_through: AtomicU64,
     /// Whether Redis holds a copy of what this cache owes (forgotten once it took all).
     kept: AtomicBool,
-    /// Bans delivered once, to be sent once more when due ([`ECHO_AFTER`]).
+    /// Bans delivered once, to be sent again when due ([`EARLY_ECHO_AFTER`],
+    /// [`ECHO_AFTER`]), earliest first.
     echoes: Mutex<VecDeque<(Instant, Echo)>>,
 }
 
 /// What a delivered ban covered, for its echo.
+#[derive(Clone)]
 enum Echo {
     Ids(Vec<ObjectId>),
     Everything,
@@ -276,6 +287,17 @@ impl HttpCache {
 
     fn echoes(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, Echo)>> {
         self.echoes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Schedules the echoes of a ban delivered at `delivered`, keeping them in time order
+    /// (an early echo is due before the late echoes of bans delivered just before it).
+    fn schedule_echoes(&self, delivered: Instant, echo: Echo) {
+        let mut echoes = self.echoes();
+        for (after, echo) in [(EARLY_ECHO_AFTER, echo.clone()), (ECHO_AFTER, echo)] {
+            let at = delivered + after;
+            let place = echoes.partition_point(|(due, _)| *due <= at);
+            echoes.insert(place, (at, echo));
+        }
     }
 
     /// Moves the echoes that are due into the queue. An echo owes nothing of its own
@@ -726,9 +748,7 @@ impl Banner {
                     }
                 };
                 if let Some(echo) = echo {
-                    cache
-                        .echoes()
-                        .push_back((Instant::now() + ECHO_AFTER, echo));
+                    cache.schedule_echoes(Instant::now(), echo);
                 }
                 true
             }
@@ -851,6 +871,36 @@ mod tests {
         );
         banner.queue(ObjectId::new());
         assert!(!banner.settled(banner.queued()));
+    }
+
+    #[test]
+    fn a_delivered_ban_is_echoed_early_then_late_in_time_order() {
+        let banner = Banner::new(&["http://127.0.0.1:1".into()], &["/musicdb".into()]);
+        let cache = &banner.caches()[0];
+        let (first, second) = (ObjectId::new(), ObjectId::new());
+        let start = Instant::now();
+        cache.schedule_echoes(start, Echo::Ids(vec![first]));
+        // Delivered later than the first ban's early echo is due, sooner than its late one.
+        let later = start + EARLY_ECHO_AFTER + Duration::from_millis(10);
+        cache.schedule_echoes(later, Echo::Ids(vec![second]));
+        let due: Vec<(Duration, Vec<ObjectId>)> = cache
+            .echoes()
+            .iter()
+            .map(|(at, echo)| match echo {
+                Echo::Ids(ids) => (*at - start, ids.clone()),
+                _ => panic!("only ids were scheduled"),
+            })
+            .collect();
+        assert_eq!(
+            due,
+            vec![
+                (EARLY_ECHO_AFTER, vec![first]),
+                (later - start + EARLY_ECHO_AFTER, vec![second]),
+                (ECHO_AFTER, vec![first]),
+                (later - start + ECHO_AFTER, vec![second]),
+            ],
+            "earliest first: queue_due_echoes takes them from the front"
+        );
     }
 
     #[test]

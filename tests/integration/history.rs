@@ -281,6 +281,7 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
     }
     assert!(impossible.is_empty(), "{impossible:?}");
     let mut report = Vec::new();
+    let mut broken = Vec::new();
     for (layer, samples) in stale.iter_mut().enumerate() {
         samples.sort();
         let (p50, p99, max) = (
@@ -299,15 +300,19 @@ async fn every_answer_through_the_stack_is_a_recent_version_of_its_track() {
         } else {
             Duration::from_millis(100)
         };
-        assert!(p99 <= bound, "{}: p99 {p99:?} > {bound:?}", LAYERS[layer]);
-        assert!(
-            max <= Duration::from_secs(2),
-            "{}: max {max:?}",
-            LAYERS[layer]
-        );
-        assert!(samples.len() >= 100, "{}: too few answers", LAYERS[layer]);
+        if p99 > bound {
+            broken.push(format!("{}: p99 {p99:?} > {bound:?}", LAYERS[layer]));
+        }
+        if max > Duration::from_secs(2) {
+            broken.push(format!("{}: max {max:?}", LAYERS[layer]));
+        }
+        if samples.len() < 100 {
+            broken.push(format!("{}: too few answers", LAYERS[layer]));
+        }
     }
+    // The whole report first, so a broken bound is seen beside the other layers.
     eprintln!("history over {changes} changes:\n  {}", report.join("\n  "));
+    assert!(broken.is_empty(), "{broken:?}");
 
     // The end state: no Redis entry disagrees with MongoDB.
     let deadline = Instant::now() + Duration::from_secs(10);

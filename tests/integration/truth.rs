@@ -603,7 +603,7 @@ async fn the_follower_bans_changed_tracks_in_varnish() {
     );
     let first = metric(&text, &sent).unwrap_or(0.0);
     assert!(first >= 1.0, "{text}");
-    // Each ban goes out once more a moment later (ECHO_AFTER).
+    // Each ban goes out again a moment later (EARLY_ECHO_AFTER, then ECHO_AFTER).
     until_metric(&server, &sent, first + 1.0, "the ban was not sent again").await;
     server.shutdown().await;
 }
