@@ -202,14 +202,16 @@ fn dash_or_escaped(out: &mut Vec<u8>, value: &[u8]) {
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 /// nginx's escaping for `escape=default`: `"`, `\` and bytes outside 0x20..0x7e as `\xHH`.
-fn escape_nginx(out: &mut Vec<u8>, value: &[u8]) {
-    for &b in value {
-        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
-            out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
-        } else {
-            out.push(b);
-        }
+fn escape_nginx(out: &mut Vec<u8>, mut value: &[u8]) {
+    // Nearly every value needs no escape: plain runs are copied whole, not byte by byte.
+    let needs_escape = |b: &u8| *b == b'"' || *b == b'\\' || !(0x20..0x7f).contains(b);
+    while let Some(at) = value.iter().position(needs_escape) {
+        out.extend_from_slice(&value[..at]);
+        let b = value[at];
+        out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        value = &value[at + 1..];
     }
+    out.extend_from_slice(value);
 }
 
 /// A JSON string; bytes that are not UTF-8 become U+FFFD.
@@ -367,6 +369,22 @@ mod tests {
             "\"GET /musicdb/abc/x.mp3?q=\\x221\\x22 HTTP/1.1\" 206 4096 \"-\" \
              \"VLC/3.0 \\x22x\\x22\\x0A\" r-1 hit 1.234 0.000 1\n"
         );
+    }
+
+    #[test]
+    fn escaping_copies_plain_runs_and_escapes_every_other_byte() {
+        let every_byte: Vec<u8> = (0..=255u8).chain(*b"plain \"q\" tail").collect();
+        let mut out = Vec::new();
+        escape_nginx(&mut out, &every_byte);
+        let mut expected = Vec::new();
+        for &b in &every_byte {
+            if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+                expected.extend_from_slice(format!("\\x{b:02X}").as_bytes());
+            } else {
+                expected.push(b);
+            }
+        }
+        assert_eq!(String::from_utf8(out), String::from_utf8(expected));
     }
 
     #[test]

@@ -66,7 +66,24 @@ pub(crate) struct AccessLog {
     format: AccessLogFormat,
     path: Option<PathBuf>,
     sink: Arc<Sink>,
-    queue: mpsc::SyncSender<Vec<u8>>,
+    queue: mpsc::SyncSender<Batch>,
+}
+
+/// Whole lines waiting to be written, and how many: counted as they are added, so the
+/// writer never scans a batch for its line ends.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: u64,
+}
+
+impl Batch {
+    fn with_room() -> Batch {
+        Batch {
+            bytes: Vec::with_capacity(FLUSH_BYTES + 4096),
+            lines: 0,
+        }
+    }
 }
 
 /// What the writer thread writes to, and what it lost. Only the writer thread touches the
@@ -96,19 +113,16 @@ struct Sink {
 impl Sink {
     /// A batch the queue refused (the writer is behind or gone): counted, and the first
     /// refusal of a spell is reported by the writer thread, not here on an event loop.
-    fn refused(&self, batch: &[u8], why: &str) {
-        self.dropped_lines
-            .fetch_add(line_count(batch), Ordering::Relaxed);
+    fn refused(&self, batch: &Batch, why: &str) {
+        self.dropped_lines.fetch_add(batch.lines, Ordering::Relaxed);
         if !self.losing.swap(true, Ordering::Relaxed) {
             *self.unreported.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.to_string());
         }
     }
 
     /// On the writer thread: a batch the sink did not take.
-    fn failed(&self, batch: &[u8], err: &io::Error) {
-        let before = self
-            .dropped_lines
-            .fetch_add(line_count(batch), Ordering::Relaxed);
+    fn failed(&self, batch: &Batch, err: &io::Error) {
+        let before = self.dropped_lines.fetch_add(batch.lines, Ordering::Relaxed);
         if !self.losing.swap(true, Ordering::Relaxed) {
             warn_dropping(&err.to_string(), before);
         }
@@ -134,18 +148,17 @@ impl Sink {
         }
     }
 
-    fn write(&self, batch: &[u8]) {
+    fn write(&self, batch: &Batch) {
         let result = {
             let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
             match &*file {
-                Some(file) => write_lines(&mut &*file, batch, self.regular),
-                None => write_lines(&mut io::stderr().lock(), batch, self.regular),
+                Some(file) => write_lines(&mut &*file, &batch.bytes, self.regular),
+                None => write_lines(&mut io::stderr().lock(), &batch.bytes, self.regular),
             }
         };
         match result {
             Ok(()) => {
-                self.written_lines
-                    .fetch_add(line_count(batch), Ordering::Relaxed);
+                self.written_lines.fetch_add(batch.lines, Ordering::Relaxed);
                 // Recovered only once nothing is waiting: a sink that keeps up with one
                 // batch but not with the flow would otherwise flap between the two lines.
                 let drained = self.done_batches.load(Ordering::Acquire) + 1
@@ -168,10 +181,6 @@ fn warn_dropping(why: &str, dropped_before: u64) {
         dropped_before,
         "access log lines are being dropped (counted in musicd_access_log_dropped_lines_total); serving goes on"
     );
-}
-
-fn line_count(batch: &[u8]) -> u64 {
-    batch.iter().filter(|b| **b == b'\n').count() as u64
 }
 
 impl AccessLog {
@@ -204,7 +213,7 @@ impl AccessLog {
             done_batches: AtomicU64::new(0),
             losing: AtomicBool::new(false),
         });
-        let (queue, batches) = mpsc::sync_channel::<Vec<u8>>(QUEUE_BATCHES);
+        let (queue, batches) = mpsc::sync_channel::<Batch>(QUEUE_BATCHES);
         {
             let sink = Arc::clone(&sink);
             // Detached: it ends when the last `AccessLog` is dropped, or with the process.
@@ -279,7 +288,7 @@ impl AccessLog {
         }
     }
 
-    fn write_batch(&self, batch: Vec<u8>) {
+    fn write_batch(&self, batch: Batch) {
         self.sink.queued_batches.fetch_add(1, Ordering::AcqRel);
         let refused = match self.queue.try_send(batch) {
             Ok(()) => return,
@@ -319,7 +328,7 @@ fn write_lines(out: &mut impl Write, mut batch: &[u8], regular: bool) -> io::Res
 /// One event loop's lines waiting to be written.
 pub(crate) struct LogBuffer {
     log: Arc<AccessLog>,
-    lines: Mutex<Vec<u8>>,
+    lines: Mutex<Batch>,
 }
 
 impl LogBuffer {
@@ -327,20 +336,21 @@ impl LogBuffer {
     pub(crate) fn new(log: Arc<AccessLog>) -> LogBuffer {
         LogBuffer {
             log,
-            lines: Mutex::new(Vec::with_capacity(FLUSH_BYTES + 4096)),
+            lines: Mutex::new(Batch::with_room()),
         }
     }
 
     /// Adds a line; writes the batch out when it is full.
     pub(crate) fn push(&self, entry: &Entry<'_>) {
         let full = {
-            let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+            let mut batch = self.lines.lock().unwrap_or_else(|p| p.into_inner());
             match self.log.format {
-                AccessLogFormat::Json => format::json(&mut lines, entry),
-                _ => format::combined(&mut lines, entry),
+                AccessLogFormat::Json => format::json(&mut batch.bytes, entry),
+                _ => format::combined(&mut batch.bytes, entry),
             }
-            (lines.len() >= FLUSH_BYTES)
-                .then(|| std::mem::replace(&mut *lines, Vec::with_capacity(FLUSH_BYTES + 4096)))
+            batch.lines += 1;
+            (batch.bytes.len() >= FLUSH_BYTES)
+                .then(|| std::mem::replace(&mut *batch, Batch::with_room()))
         };
         if let Some(batch) = full {
             self.log.write_batch(batch);
@@ -356,11 +366,11 @@ impl LogBuffer {
     /// Hands what is buffered to the writer.
     pub(crate) fn flush(&self) {
         let batch = {
-            let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
-            if lines.is_empty() {
+            let mut batch = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+            if batch.lines == 0 {
                 return;
             }
-            std::mem::take(&mut *lines)
+            std::mem::take(&mut *batch)
         };
         self.log.write_batch(batch);
     }

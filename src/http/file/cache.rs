@@ -106,7 +106,8 @@ impl CachedFile {
 
 /// The cache, keyed by the document's path as written.
 pub(crate) struct FileCache {
-    files: RwLock<HashMap<Arc<str>, Arc<CachedFile>>>,
+    /// foldhash (randomly seeded per process): every request hashes its path here.
+    files: RwLock<HashMap<Arc<str>, Arc<CachedFile>, foldhash::fast::RandomState>>,
     max_file: u64,
     budget: u64,
     used: AtomicU64,
@@ -132,7 +133,7 @@ impl FileCache {
     /// using at most `watches` inotify watches (0: a `stat` per loop turn for every file).
     pub(crate) fn new(max_file: u64, budget: u64, max_open: usize, watches: usize) -> FileCache {
         FileCache {
-            files: RwLock::new(HashMap::new()),
+            files: RwLock::new(HashMap::default()),
             max_file: if budget == 0 { 0 } else { max_file },
             budget,
             used: AtomicU64::new(0),

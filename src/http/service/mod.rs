@@ -103,16 +103,13 @@ impl<'a> Request<'a> {
         let start = self.head.iter().position(|b| !b"\r\n".contains(b));
         let mut rest = start.map_or(&[][..], |at| &self.head[at..]);
         // Past the request line.
-        rest = rest
-            .iter()
-            .position(|b| *b == b'\n')
-            .map_or(&[][..], |end| &rest[end + 1..]);
+        rest = memchr::memchr(b'\n', rest).map_or(&[][..], |end| &rest[end + 1..]);
         std::iter::from_fn(move || {
-            let end = rest.iter().position(|b| *b == b'\n')?;
+            let end = memchr::memchr(b'\n', rest)?;
             let line = &rest[..end];
             rest = &rest[end + 1..];
             let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line.iter().position(|b| *b == b':')?;
+            let colon = memchr::memchr(b':', line)?;
             Some((&line[..colon], line[colon + 1..].trim_ascii()))
         })
     }
