@@ -328,7 +328,7 @@ fn write_lines(out: &mut impl Write, mut batch: &[u8], regular: bool) -> io::Res
 /// One event loop's lines waiting to be written.
 pub(crate) struct LogBuffer {
     log: Arc<AccessLog>,
-    lines: Mutex<Batch>,
+    batch: Mutex<Batch>,
 }
 
 impl LogBuffer {
@@ -336,14 +336,14 @@ impl LogBuffer {
     pub(crate) fn new(log: Arc<AccessLog>) -> LogBuffer {
         LogBuffer {
             log,
-            lines: Mutex::new(Batch::with_room()),
+            batch: Mutex::new(Batch::with_room()),
         }
     }
 
     /// Adds a line; writes the batch out when it is full.
     pub(crate) fn push(&self, entry: &Entry<'_>) {
         let full = {
-            let mut batch = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+            let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
             match self.log.format {
                 AccessLogFormat::Json => format::json(&mut batch.bytes, entry),
                 _ => format::combined(&mut batch.bytes, entry),
@@ -366,7 +366,7 @@ impl LogBuffer {
     /// Hands what is buffered to the writer.
     pub(crate) fn flush(&self) {
         let batch = {
-            let mut batch = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+            let mut batch = self.batch.lock().unwrap_or_else(|p| p.into_inner());
             if batch.lines == 0 {
                 return;
             }
