@@ -1,7 +1,9 @@
-//! Time as the crate counts it: the wall clock in Unix seconds and milliseconds, durations
-//! as whole milliseconds for Redis, and the doubling pause between retries.
+//! Time as the crate counts it: the wall clock in Unix seconds and milliseconds (and the
+//! second of a monotonic instant, for the per-request dates), durations as whole
+//! milliseconds for Redis, and the doubling pause between retries.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::cell::Cell;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Now, in Unix seconds (0 for a clock set before 1970).
 pub(crate) fn unix_secs() -> u64 {
@@ -15,6 +17,36 @@ pub(crate) fn unix_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The second the wall clock showed at `at` (0 before 1970): read from the clock once per
+/// second per thread, not per call.
+///
+/// Every answer's `Date` and every log line's time are per second, and each request has
+/// its instants already: the thread keeps the monotonic span in which the wall clock shows
+/// the second it last read, and an instant inside it needs no clock read. A step of the
+/// wall clock shows from the end of that span, within a second.
+pub(crate) fn unix_second_at(at: Instant) -> u64 {
+    thread_local! {
+        /// (the span's start, its end, its second)
+        static SPAN: Cell<Option<(Instant, Instant, u64)>> = const { Cell::new(None) };
+    }
+    SPAN.with(|span| match span.get() {
+        Some((from, until, second)) if from <= at && at < until => second,
+        _ => {
+            let read_at = Instant::now();
+            let wall = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let left = Duration::from_nanos(u64::from(1_000_000_000 - wall.subsec_nanos()));
+            if let Some(until) = read_at.checked_add(left) {
+                span.set(Some((read_at, until, wall.as_secs())));
+            }
+            // An instant from before this read (a request's start) is dated by this read:
+            // later by at most the request's time so far, never a second that had not come.
+            wall.as_secs()
+        }
+    })
 }
 
 /// A duration as whole milliseconds for `PX` and `PEXPIRE`, at least 1: Redis refuses 0.
@@ -62,6 +94,33 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_second_of_an_instant_is_the_wall_clock_second_around_it() {
+        use std::time::{Instant, SystemTime, UNIX_EPOCH};
+        let wall = || {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("after 1970")
+                .as_secs()
+        };
+        for _ in 0..3 {
+            let before = wall();
+            let now = Instant::now();
+            let second = super::unix_second_at(now);
+            // Asked again, from the span the thread keeps.
+            let again = super::unix_second_at(now);
+            let after = wall();
+            assert!(
+                before <= second && second <= after,
+                "{before} {second} {after}"
+            );
+            assert_eq!(again, second);
+            // An instant past the span reads the clock again.
+            let later = now + std::time::Duration::from_secs(2);
+            assert!(super::unix_second_at(later) >= second);
+        }
+    }
+
     use super::*;
 
     #[test]

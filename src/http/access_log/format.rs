@@ -13,12 +13,13 @@
 
 use std::cell::RefCell;
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::http::Version;
 
 use crate::catalog::CacheOutcome;
 use crate::http::service::RequestId;
+use crate::timing::unix_second_at;
 
 /// What one line says.
 pub(crate) struct Entry<'a> {
@@ -50,41 +51,205 @@ pub(crate) struct Entry<'a> {
     pub(crate) ttfb: Duration,
     /// Whether the whole response left.
     pub(crate) complete: bool,
+    /// When the exchange ended: the line's time.
+    pub(crate) at: Instant,
 }
 
 /// Appends `entry` as a combined-format line.
+///
+/// The room for the line's longest form is reserved once, then every part is a copy into
+/// it: no growth check per part, one clock read shared with the latency, and plain runs
+/// of the escaped fields copied whole.
 pub(crate) fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
-    write_ip(out, entry.client);
-    out.extend_from_slice(b" - - [");
-    with_times(|times| out.extend_from_slice(&times.clf));
-    out.extend_from_slice(b"] \"");
-    if entry.target.is_empty() {
-        out.push(b'-');
-    } else {
-        escape_nginx(out, entry.method.as_bytes());
-        out.push(b' ');
-        escape_nginx(out, entry.target);
-        out.push(b' ');
-        out.extend_from_slice(version(entry.version).as_bytes());
-    }
-    out.extend_from_slice(b"\" ");
-    number(out, entry.status);
-    out.push(b' ');
-    number(out, entry.bytes);
-    out.extend_from_slice(b" \"");
-    dash_or_escaped(out, entry.referer);
-    out.extend_from_slice(b"\" \"");
-    dash_or_escaped(out, entry.user_agent);
-    out.extend_from_slice(b"\" ");
-    request_id(out, entry.request_id);
-    out.push(b' ');
-    out.extend_from_slice(entry.cache.as_str().as_bytes());
-    out.push(b' ');
-    seconds(out, entry.latency);
-    out.push(b' ');
-    seconds(out, entry.ttfb);
-    out.extend_from_slice(if entry.complete { b" 1\n" } else { b" 0\n" });
+    // Each escaped byte takes at most four; the rest (client, time, numbers, id, fields,
+    // separators) at most `COMBINED_FIXED`.
+    entry
+        .request_id
+        .with_bytes(|request_id| combined_with_id(out, entry, request_id));
 }
+
+fn combined_with_id(out: &mut Vec<u8>, entry: &Entry<'_>, request_id: &[u8]) {
+    let escaped = entry.method.len() + entry.target.len() + entry.referer.len();
+    let most = COMBINED_FIXED + request_id.len() + 4 * (escaped + entry.user_agent.len());
+    let start = out.len();
+    out.resize(start + most, 0);
+    let mut line = Cursor {
+        buf: &mut out[start..],
+        at: 0,
+    };
+    line.client(entry.client);
+    line.put(b" - - [");
+    with_times(entry.at, |times| line.put(&times.clf));
+    line.put(b"] \"");
+    if entry.target.is_empty() {
+        line.put(b"-");
+    } else {
+        line.escaped(entry.method.as_bytes());
+        line.put(b" ");
+        line.escaped(entry.target);
+        line.put(b" ");
+        line.put(version(entry.version).as_bytes());
+    }
+    line.put(b"\" ");
+    line.number(entry.status);
+    line.put(b" ");
+    line.number(entry.bytes);
+    line.put(b" \"");
+    line.dash_or_escaped(entry.referer);
+    line.put(b"\" \"");
+    line.dash_or_escaped(entry.user_agent);
+    line.put(b"\" ");
+    // Ids are short and plain (checked when received, hex when ours): no escaping.
+    line.put(request_id);
+    line.put(b" ");
+    line.put(entry.cache.as_str().as_bytes());
+    line.put(b" ");
+    line.thousandths(millis_u64(entry.latency));
+    line.put(b" ");
+    line.thousandths(millis_u64(entry.ttfb));
+    line.put(if entry.complete { b" 1\n" } else { b" 0\n" });
+    let written = line.at;
+    out.truncate(start + written);
+}
+
+/// The most a combined line takes besides its escaped fields and request id: an IPv6
+/// client (45), the time (26), two latencies (u128 seconds), status, bytes (u64), the
+/// cache outcome, version and separators, with room to spare.
+const COMBINED_FIXED: usize = 512;
+
+/// Writes into room reserved beforehand ([`combined`] reserves the longest form).
+struct Cursor<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        let end = self.at + bytes.len();
+        self.buf[self.at..end].copy_from_slice(bytes);
+        self.at = end;
+    }
+
+    /// `n` in decimal, its digits written in place (no buffer to copy from).
+    fn number(&mut self, n: impl Into<u64>) {
+        let mut n = n.into();
+        let digits = n.checked_ilog10().unwrap_or(0) as usize + 1;
+        let end = self.at + digits;
+        for slot in self.buf[self.at..end].iter_mut().rev() {
+            *slot = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        self.at = end;
+    }
+
+    fn client(&mut self, ip: IpAddr) {
+        // An IPv4-mapped IPv6 peer (dual-stack sockets) is logged as the IPv4 it is.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match ip {
+            IpAddr::V4(v4) => {
+                let [a, b, c, d] = v4.octets();
+                self.number(a);
+                for octet in [b, c, d] {
+                    self.put(b".");
+                    self.number(octet);
+                }
+            }
+            IpAddr::V6(_) => {
+                let mut text = Vec::with_capacity(45);
+                write_ip(&mut text, ip);
+                self.put(&text);
+            }
+        }
+    }
+
+    /// nginx's escaping for `escape=default`: `"`, `\\` and bytes outside 0x20..0x7e as
+    /// `\xHH`, plain runs copied whole.
+    fn escaped(&mut self, mut value: &[u8]) {
+        while let Some(at) = first_to_escape(value) {
+            self.put(&value[..at]);
+            let b = value[at];
+            self.put(&[
+                b'\\',
+                b'x',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 15)],
+            ]);
+            value = &value[at + 1..];
+        }
+        self.put(value);
+    }
+
+    fn dash_or_escaped(&mut self, value: &[u8]) {
+        if value.is_empty() {
+            self.put(b"-");
+        } else {
+            self.escaped(value);
+        }
+    }
+
+    /// `units` / 1000 with three decimals.
+    fn thousandths(&mut self, units: u64) {
+        self.number(units / 1000);
+        let rest = (units % 1000) as u16;
+        self.put(&[
+            b'.',
+            b'0' + (rest / 100) as u8,
+            b'0' + (rest / 10 % 10) as u8,
+            b'0' + (rest % 10) as u8,
+        ]);
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789ABCDEF";
+
+/// Where the first byte nginx escapes is in `value`: eight bytes at a time while none is
+/// (every value but a rare user agent), then byte by byte.
+fn first_to_escape(value: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether some byte of `word` is below `n` (n <= 0x80).
+    let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS != 0;
+    let has = |word: u64, b: u8| below(word ^ (ONES * u64::from(b)), 1);
+    let mut checked = 0;
+    for chunk in value.chunks_exact(8) {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(chunk);
+        let word = u64::from_ne_bytes(bytes);
+        let plain = word & HIGHS == 0
+            && !below(word, 0x20)
+            && !has(word, 0x7f)
+            && !has(word, b'"')
+            && !has(word, b'\\');
+        if !plain {
+            break;
+        }
+        checked += 8;
+    }
+    value[checked..]
+        .iter()
+        .position(|b| !PLAIN[usize::from(*b)])
+        .map(|at| checked + at)
+}
+
+/// Whole milliseconds, in 64 bits: u128 arithmetic is a library call per division.
+fn millis_u64(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whether a byte is written as itself by nginx's default escaping: printable ASCII but
+/// `"` and `\`.
+const PLAIN: [bool; 256] = {
+    let mut plain = [false; 256];
+    let mut b = 0x20;
+    while b < 0x7f {
+        plain[b] = b != b'"' as usize && b != b'\\' as usize;
+        b += 1;
+    }
+    plain
+};
 
 /// Appends a number in decimal.
 fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
@@ -94,7 +259,7 @@ fn number(out: &mut Vec<u8>, n: impl itoa::Integer) {
 /// Appends `entry` as a JSON object on one line.
 pub(crate) fn json(out: &mut Vec<u8>, entry: &Entry<'_>) {
     out.extend_from_slice(b"{\"time\":\"");
-    with_times(|times| out.extend_from_slice(&times.iso));
+    with_times(entry.at, |times| out.extend_from_slice(&times.iso));
     out.extend_from_slice(b"\",\"client\":\"");
     write_ip(out, entry.client);
     out.extend_from_slice(b"\",\"method\":");
@@ -171,47 +336,19 @@ fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
     }
 }
 
-/// Seconds with millisecond precision, like nginx's `$request_time`.
-fn seconds(out: &mut Vec<u8>, duration: Duration) {
-    thousandths(out, duration.as_millis());
-}
-
 /// Milliseconds with microsecond precision.
 fn millis(out: &mut Vec<u8>, duration: Duration) {
-    thousandths(out, duration.as_micros());
+    thousandths(out, u64::try_from(duration.as_micros()).unwrap_or(u64::MAX));
 }
 
 /// `units` / 1000 with three decimals.
-fn thousandths(out: &mut Vec<u8>, units: u128) {
+fn thousandths(out: &mut Vec<u8>, units: u64) {
     number(out, units / 1000);
     out.push(b'.');
     let rest = (units % 1000) as u16;
     out.push(b'0' + (rest / 100) as u8);
     out.push(b'0' + (rest / 10 % 10) as u8);
     out.push(b'0' + (rest % 10) as u8);
-}
-
-fn dash_or_escaped(out: &mut Vec<u8>, value: &[u8]) {
-    if value.is_empty() {
-        out.push(b'-');
-    } else {
-        escape_nginx(out, value);
-    }
-}
-
-const HEX: &[u8; 16] = b"0123456789ABCDEF";
-
-/// nginx's escaping for `escape=default`: `"`, `\` and bytes outside 0x20..0x7e as `\xHH`.
-fn escape_nginx(out: &mut Vec<u8>, mut value: &[u8]) {
-    // Nearly every value needs no escape: plain runs are copied whole, not byte by byte.
-    let needs_escape = |b: &u8| *b == b'"' || *b == b'\\' || !(0x20..0x7f).contains(b);
-    while let Some(at) = value.iter().position(needs_escape) {
-        out.extend_from_slice(&value[..at]);
-        let b = value[at];
-        out.extend_from_slice(&[b'\\', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
-        value = &value[at + 1..];
-    }
-    out.extend_from_slice(value);
 }
 
 /// A JSON string; bytes that are not UTF-8 become U+FFFD.
@@ -256,10 +393,10 @@ thread_local! {
     };
 }
 
-fn with_times(write: impl FnOnce(&Times)) {
-    let second = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+/// Calls `write` with the wall-clock second of `at` (a recent instant), formatted once per
+/// second per thread.
+fn with_times(at: Instant, write: impl FnOnce(&Times)) {
+    let second = unix_second_at(at);
     TIMES.with(|cell| {
         let mut times = cell.borrow_mut();
         if times.second != second {
@@ -350,6 +487,7 @@ mod tests {
             latency: Duration::from_micros(1_234_567),
             ttfb: Duration::from_micros(890),
             complete: true,
+            at: Instant::now(),
         }
     }
 
@@ -372,10 +510,58 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_line_fits_the_room_it_reserves() {
+        // Every field at its longest: an IPv6 client, a proxy's request id, values made
+        // only of bytes that take four each, and the largest numbers.
+        let id = RequestId::Given("i".repeat(64));
+        let every_byte: Vec<u8> = (0..=255u8).cycle().take(8192).collect();
+        let mut e = entry(&id);
+        e.client = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"
+            .parse()
+            .expect("ip");
+        e.method = "\u{7f}\u{7f}";
+        e.target = &every_byte;
+        e.referer = &every_byte;
+        e.user_agent = &every_byte;
+        e.status = u16::MAX;
+        e.bytes = u64::MAX;
+        e.latency = Duration::MAX;
+        e.ttfb = Duration::MAX;
+        let mut out = b"earlier line\n".to_vec();
+        combined(&mut out, &e);
+        let text = String::from_utf8(out).expect("escaped to ASCII");
+        let (earlier, line) = text.split_once('\n').expect("two lines");
+        assert_eq!(earlier, "earlier line");
+        assert!(
+            line.starts_with("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe - - ["),
+            "{line}"
+        );
+        let tail = format!(" 65535 {} \"", u64::MAX);
+        assert!(line.contains(&tail), "status and bytes");
+        assert!(line.ends_with(&format!(
+            " {} hit {max}.{rest:03} {max}.{rest:03} 1\n",
+            "i".repeat(64),
+            max = u64::MAX / 1000,
+            rest = u64::MAX % 1000
+        )));
+        let escapes = every_byte
+            .iter()
+            .filter(|b| !(0x20..0x7f).contains(*b) || **b == b'"' || **b == b'\\')
+            .count();
+        assert_eq!(line.matches("\\x").count(), 3 * escapes + 2);
+    }
+
+    #[test]
     fn escaping_copies_plain_runs_and_escapes_every_other_byte() {
         let every_byte: Vec<u8> = (0..=255u8).chain(*b"plain \"q\" tail").collect();
-        let mut out = Vec::new();
-        escape_nginx(&mut out, &every_byte);
+        let mut out = vec![0; every_byte.len() * 4];
+        let mut line = Cursor {
+            buf: &mut out,
+            at: 0,
+        };
+        line.escaped(&every_byte);
+        let written = line.at;
+        out.truncate(written);
         let mut expected = Vec::new();
         for &b in &every_byte {
             if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {

@@ -428,6 +428,7 @@ pub(crate) fn entry<'a>(
         latency: Duration::ZERO,
         ttfb: Duration::ZERO,
         complete: exchange.complete,
+        at: exchange.started,
     };
     let request = match exchange.received {
         Received::Request(request) => request,
@@ -468,12 +469,16 @@ pub(crate) fn entry<'a>(
 /// Counts the exchange and writes its access-log line.
 pub(crate) fn finish(metrics: &Metrics, log: Option<&LogBuffer>, done: Finished<'_>) {
     metrics.response_finished(done.route, done.status, done.bytes, done.cache);
-    let duration = done.started.elapsed();
-    let ttfb = done.head_written.map(|at| at.duration_since(done.started));
+    let ended = Instant::now();
+    let duration = ended.saturating_duration_since(done.started);
+    let ttfb = done
+        .head_written
+        .map(|at| at.saturating_duration_since(done.started));
     metrics.observe_request(done.route, done.status, duration, ttfb);
     if let (Some(log), Some(mut line)) = (log, done.line) {
         line.latency = duration;
         line.ttfb = ttfb.unwrap_or(duration);
+        line.at = ended;
         log.push(&line);
     }
 }

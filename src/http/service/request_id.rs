@@ -50,23 +50,36 @@ impl RequestId {
 
     /// Appends the id to `out` (what `Display` prints, without the formatting machinery).
     pub(crate) fn write_to(&self, out: &mut impl BufMut) {
+        self.with_bytes(|id| out.put_slice(id));
+    }
+
+    /// Calls `f` with the id's text: ours is rendered on the stack, not byte by byte into
+    /// the caller's buffer.
+    pub(crate) fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match self {
-            RequestId::Given(id) => out.put_slice(id.as_bytes()),
+            RequestId::Given(id) => f(id.as_bytes()),
             RequestId::Generated(n) => {
-                put_hex(out, u64::from(*REQUEST_PREFIX), 8);
-                out.put_u8(b'-');
-                put_hex(out, *n, 1);
+                // An 8-digit prefix, '-', and at most 16 digits.
+                let mut text = [0u8; 25];
+                let mut len = put_hex(&mut text, u64::from(*REQUEST_PREFIX), 8);
+                text[len] = b'-';
+                len += 1;
+                len += put_hex(&mut text[len..], *n, 1);
+                f(&text[..len])
             }
         }
     }
 }
 
-/// `value` in lowercase hex, at least `width` digits.
-fn put_hex(out: &mut impl BufMut, value: u64, width: usize) {
-    let digits = (16 - value.leading_zeros() as usize / 4).max(width);
-    for shift in (0..digits).rev() {
-        out.put_u8(b"0123456789abcdef"[((value >> (shift * 4)) & 0xf) as usize]);
+/// Writes `value` in lowercase hex, at least `width` (at most 16) digits, at the start of
+/// `out`; returns how many.
+fn put_hex(out: &mut [u8], value: u64, width: usize) -> usize {
+    let digits = (16 - value.leading_zeros() as usize / 4).max(width).min(16);
+    for (i, slot) in out[..digits].iter_mut().enumerate() {
+        let shift = (digits - 1 - i) * 4;
+        *slot = b"0123456789abcdef"[((value >> shift) & 0xf) as usize];
     }
+    digits
 }
 
 impl std::fmt::Display for RequestId {
@@ -92,10 +105,10 @@ mod tests {
             assert!(u32::from_str_radix(prefix, 16).is_ok(), "{id}");
             assert!(u64::from_str_radix(counter, 16).is_ok(), "{id}");
         }
-        let mut out = BytesMut::new();
-        put_hex(&mut out, 0xab, 8);
-        put_hex(&mut out, 0, 1);
-        put_hex(&mut out, u64::MAX, 1);
-        assert_eq!(&out[..], b"000000ab0ffffffffffffffff");
+        let mut out = [0u8; 25];
+        let mut len = put_hex(&mut out, 0xab, 8);
+        len += put_hex(&mut out[len..], 0, 1);
+        len += put_hex(&mut out[len..], u64::MAX, 1);
+        assert_eq!(&out[..len], b"000000ab0ffffffffffffffff");
     }
 }
