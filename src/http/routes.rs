@@ -103,6 +103,10 @@ impl TrackRoutes {
             if id.is_empty() || !plain_name {
                 return None;
             }
+            // Nearly every id has no escape: one scan instead of decoding and validating.
+            if !id.contains('%') {
+                return Some(Cow::Borrowed(id));
+            }
             Some(
                 percent_decode_str(id)
                     .decode_utf8()

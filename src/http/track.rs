@@ -51,7 +51,8 @@ async fn resolve_and_serve(
     if request.authorize_only {
         return (CacheOutcome::None, Ok(authorized(link, now)));
     }
-    let resolution = match state.resolver.resolve(&oid).await {
+    let read_at = request.read_at.unwrap_or_else(std::time::Instant::now);
+    let resolution = match state.resolver.resolve(&oid, read_at).await {
         Ok(r) => r,
         Err(source) => {
             if matches!(source, ResolveError::StoreUnavailable(_)) {

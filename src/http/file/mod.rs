@@ -81,10 +81,13 @@ enum Source {
 /// it is still the file on disk. Runs on the event loop (at most one `stat`, no blocking-
 /// pool hop); `None` means "open it".
 ///
-/// For a hot file it first yields once, so the loop's other ready connections read their
-/// requests before the `stat` is made: one `stat` then serves them all (see
-/// [`cache`]). The yield ends after the loop's next poll of its sockets, so it costs the
-/// request a turn of the loop, not a clock.
+/// The answer is prepared first, then proven current. For a hot file the proof waits for
+/// one turn of the loop, so the loop's other ready connections read their requests before
+/// the `stat` (or the inotify drain) is made: one check then serves them all (see
+/// [`cache`]). The wait ends after the loop's next poll of its sockets, so it costs the
+/// request a turn of the loop, not a clock; and because every answer of the turn is ready
+/// before it, the answers leave back to back after it, where a client's thread wakes once
+/// for several of them instead of once for each.
 pub(crate) async fn from_cache(
     settings: &FileSettings,
     id: &str,
@@ -93,29 +96,34 @@ pub(crate) async fn from_cache(
 ) -> Option<Result<Answer, ApiError>> {
     let read_at = request.read_at.unwrap_or_else(std::time::Instant::now);
     let cached = settings.cache.get(raw_path)?;
+    let answer = match &cached.content {
+        Content::Memory(bytes) => {
+            let source = Source::Memory(bytes.clone());
+            respond(settings, id, &cached.facts, source, request)
+        }
+        Content::Open(file) => {
+            let source = Source::Disk {
+                file: Arc::clone(file),
+                opened: cached.identity,
+                inline: false,
+            };
+            respond(settings, id, &cached.facts, source, request)
+        }
+        // The front server evaluates ranges and conditions itself.
+        Content::Offload(variants) => Ok(Answer::new(
+            StatusCode::OK,
+            variants[usize::from(request.download)].clone(),
+            Payload::Empty,
+        )),
+    };
     if settings.cache.worth_waiting(&cached, read_at) {
         tokio::task::yield_now().await;
     }
-    if !settings.cache.is_fresh(raw_path, &cached, read_at) {
-        return None;
-    }
-    let source = match &cached.content {
-        Content::Memory(bytes) => Source::Memory(bytes.clone()),
-        Content::Open(file) => Source::Disk {
-            file: Arc::clone(file),
-            opened: cached.identity,
-            inline: false,
-        },
-        // The front server evaluates ranges and conditions itself.
-        Content::Offload(variants) => {
-            return Some(Ok(Answer::new(
-                StatusCode::OK,
-                variants[usize::from(request.download)].clone(),
-                Payload::Empty,
-            )));
-        }
-    };
-    Some(respond(settings, id, &cached.facts, source, request))
+    // A stale copy's answer is dropped unsent: the file is opened again.
+    settings
+        .cache
+        .is_fresh(raw_path, &cached, read_at)
+        .then_some(answer)
 }
 
 /// Opens and evaluates the file for the request, on the blocking pool.

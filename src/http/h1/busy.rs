@@ -42,6 +42,7 @@ pub(crate) fn busy_response() -> BytesMut {
             decision,
             version: Version::HTTP_11,
             request_id: &RequestId::next(),
+            at: std::time::Instant::now(),
         },
     );
     out.extend_from_slice(&body);

@@ -9,13 +9,14 @@
 //! cannot be written (RFC 9112 §6.1: a server MUST NOT send both).
 
 use std::cell::RefCell;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, StatusCode, Version, header};
 use bytes::{BufMut, BytesMut};
 
 use crate::http::service::RequestId;
 use crate::http::service::header_lines::put_header;
+use crate::timing::unix_second_at;
 
 /// How the body after a response head is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +88,8 @@ pub(crate) struct ResponseHead<'a> {
     pub(crate) version: Version,
     /// The `x-request-id` value.
     pub(crate) request_id: &'a RequestId,
+    /// When the head is written: its `Date`.
+    pub(crate) at: Instant,
 }
 
 /// Bytes of a response head beyond its preformatted lines: the status line, the framing
@@ -102,6 +105,7 @@ pub(crate) fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         decision,
         version,
         request_id,
+        at,
     } = *head;
     debug_assert!(
         !has_framing_line(lines),
@@ -133,7 +137,7 @@ pub(crate) fn write_head(out: &mut BytesMut, head: &ResponseHead<'_>) {
         Framing::UntilClose | Framing::None => {}
     }
     out.put_slice(b"date: ");
-    with_http_date(|date| out.put_slice(date));
+    with_http_date(at, |date| out.put_slice(date));
     out.put_slice(b"\r\nx-request-id: ");
     request_id.write_to(out);
     out.put_slice(b"\r\n");
@@ -162,13 +166,12 @@ thread_local! {
     static HTTP_DATE: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [b' '; 29])) };
 }
 
-fn with_http_date(write: impl FnOnce(&[u8])) {
-    let now = SystemTime::now();
-    let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+fn with_http_date(at: Instant, write: impl FnOnce(&[u8])) {
+    let second = unix_second_at(at);
     HTTP_DATE.with(|cell| {
         let mut cached = cell.borrow_mut();
         if cached.0 != second {
-            let text = httpdate::fmt_http_date(now);
+            let text = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(second));
             if text.len() == 29 {
                 cached.1.copy_from_slice(text.as_bytes());
                 cached.0 = second;
@@ -199,6 +202,7 @@ mod tests {
                 decision,
                 version,
                 request_id: &RequestId::Given("r-1".into()),
+                at: Instant::now(),
             },
         );
         String::from_utf8(out.to_vec()).expect("ascii")

@@ -480,11 +480,28 @@ fn valid_host(value: &[u8]) -> bool {
             None => (value, &b""[..]),
         }
     };
-    let reg_name = host
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(b));
+    let reg_name = host.iter().all(|b| REG_NAME[usize::from(*b)]);
     reg_name && port.iter().all(u8::is_ascii_digit)
 }
+
+/// The bytes of a host's reg-name (RFC 3986 §3.2.2: unreserved, pct-encoded, sub-delims),
+/// looked up rather than searched for on every request.
+const REG_NAME: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_alphanumeric();
+        b += 1;
+    }
+    let others = b"-._~%!$&'()*+,;=";
+    let mut i = 0;
+    while i < others.len() {
+        table[others[i] as usize] = true;
+        i += 1;
+    }
+    table
+};
 
 /// A proxy's request id is kept so one request can be followed through nginx/varnish and
 /// musicd, but only if it is short and plain (it goes into our logs and headers).

@@ -82,6 +82,7 @@ impl<S: Service> Connection<S> {
         if self.output.capacity() == 0 {
             self.output = spare::take(lines.len() + framing::HEAD_ROOM);
         }
+        let now = std::time::Instant::now();
         framing::write_head(
             &mut self.output,
             &ResponseHead {
@@ -91,9 +92,10 @@ impl<S: Service> Connection<S> {
                 decision,
                 version,
                 request_id,
+                at: now,
             },
         );
-        self.head_written = Some(std::time::Instant::now());
+        self.head_written = Some(now);
         self.pacing = pacing;
         self.paced_since = None;
         if !decision.send_body {
@@ -194,7 +196,10 @@ impl<S: Service> Connection<S> {
         let mut rest = body;
         while !head.is_empty() || !rest.is_empty() {
             let slices = [io::IoSlice::new(head), io::IoSlice::new(rest)];
-            match self.stream.try_write_vectored(&slices) {
+            let stream = &self.stream;
+            match stream.try_io(Interest::WRITABLE, || {
+                zerocopy::send_vectored(stream.as_fd(), &slices)
+            }) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut n) => {
                     let from_head = n.min(head.len());
