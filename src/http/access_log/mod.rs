@@ -51,6 +51,10 @@ const PIPE_BUF: usize = 4096;
 /// lines are given up.
 const STALLED: Duration = Duration::from_secs(1);
 
+/// Written batches kept for reuse: an event loop's next batch is one of these, so the log
+/// allocates (and the kernel faults in) no fresh 64 KiB while it runs.
+const SPARE_BATCHES: usize = 4;
+
 /// Batches waiting for the writer thread. At 64 KiB a batch this bounds what a stuck sink
 /// can hold in memory to 4 MiB; past it, batches are dropped and counted.
 const QUEUE_BATCHES: usize = 64;
@@ -108,9 +112,29 @@ struct Sink {
     losing: AtomicBool,
     /// Why an event loop first refused a batch, for the writer to log.
     unreported: Mutex<Option<String>>,
+    /// Emptied batch buffers, for the event loops' next batches.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 impl Sink {
+    /// An empty batch with room for a full one: a spare if there is one.
+    fn fresh_batch(&self) -> Batch {
+        let spare = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match spare {
+            Some(bytes) => Batch { bytes, lines: 0 },
+            None => Batch::with_room(),
+        }
+    }
+
+    /// Keeps a written batch's buffer for reuse (up to [`SPARE_BATCHES`]).
+    fn recycle(&self, mut batch: Batch) {
+        batch.bytes.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_BATCHES && batch.bytes.capacity() >= FLUSH_BYTES {
+            spare.push(batch.bytes);
+        }
+    }
+
     /// A batch the queue refused (the writer is behind or gone): counted, and the first
     /// refusal of a spell is reported by the writer thread, not here on an event loop.
     fn refused(&self, batch: &Batch, why: &str) {
@@ -206,6 +230,7 @@ impl AccessLog {
             file: Mutex::new(file),
             reopened: Mutex::new(None),
             unreported: Mutex::new(None),
+            spare: Mutex::new(Vec::new()),
             regular,
             written_lines: AtomicU64::new(0),
             dropped_lines: AtomicU64::new(0),
@@ -227,6 +252,7 @@ impl AccessLog {
                                 sink.housekeeping();
                                 sink.write(&batch);
                                 sink.done_batches.fetch_add(1, Ordering::Release);
+                                sink.recycle(batch);
                             }
                             Err(mpsc::RecvTimeoutError::Timeout) => sink.housekeeping(),
                             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -350,7 +376,7 @@ impl LogBuffer {
             }
             batch.lines += 1;
             (batch.bytes.len() >= FLUSH_BYTES)
-                .then(|| std::mem::replace(&mut *batch, Batch::with_room()))
+                .then(|| std::mem::replace(&mut *batch, self.log.sink.fresh_batch()))
         };
         if let Some(batch) = full {
             self.log.write_batch(batch);
@@ -370,7 +396,7 @@ impl LogBuffer {
             if batch.lines == 0 {
                 return;
             }
-            std::mem::take(&mut *batch)
+            std::mem::replace(&mut *batch, self.log.sink.fresh_batch())
         };
         self.log.write_batch(batch);
     }
