@@ -61,14 +61,14 @@ pub(crate) struct Entry<'a> {
 /// it: no growth check per part, one clock read shared with the latency, and plain runs
 /// of the escaped fields copied whole.
 pub(crate) fn combined(out: &mut Vec<u8>, entry: &Entry<'_>) {
-    // Each escaped byte takes at most four; the rest (client, time, numbers, id, fields,
-    // separators) at most `COMBINED_FIXED`.
     entry
         .request_id
         .with_bytes(|request_id| combined_with_id(out, entry, request_id));
 }
 
 fn combined_with_id(out: &mut Vec<u8>, entry: &Entry<'_>, request_id: &[u8]) {
+    // Each escaped byte takes at most four; the rest (client, time, numbers, fields,
+    // separators) at most `COMBINED_FIXED`.
     let escaped = entry.method.len() + entry.target.len() + entry.referer.len();
     let most = COMBINED_FIXED + request_id.len() + 4 * (escaped + entry.user_agent.len());
     let start = out.len();
@@ -113,8 +113,8 @@ fn combined_with_id(out: &mut Vec<u8>, entry: &Entry<'_>, request_id: &[u8]) {
 }
 
 /// The most a combined line takes besides its escaped fields and request id: an IPv6
-/// client (45), the time (26), two latencies (u128 seconds), status, bytes (u64), the
-/// cache outcome, version and separators, with room to spare.
+/// client (45), the time (26), two latencies (u64 milliseconds as seconds), status, bytes
+/// (u64), the cache outcome, version and separators, with room to spare.
 const COMBINED_FIXED: usize = 512;
 
 /// Writes into room reserved beforehand ([`combined`] reserves the longest form).
@@ -157,10 +157,15 @@ impl Cursor<'_> {
                     self.number(octet);
                 }
             }
-            IpAddr::V6(_) => {
-                let mut text = Vec::with_capacity(45);
-                write_ip(&mut text, ip);
-                self.put(&text);
+            IpAddr::V6(v6) => {
+                use std::io::Write;
+                // The longest text of an IPv6 address is 45 bytes.
+                let mut text = [0u8; 45];
+                let mut rest = &mut text[..];
+                if write!(rest, "{v6}").is_ok() {
+                    let len = 45 - rest.len();
+                    self.put(&text[..len]);
+                }
             }
         }
     }
@@ -313,27 +318,17 @@ fn request_id(out: &mut Vec<u8>, id: &RequestId) {
     id.write_to(out);
 }
 
+/// The client as [`combined`] writes it, for the JSON line.
 fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
-    use std::io::Write;
-    // An IPv4-mapped IPv6 peer (dual-stack sockets) is logged as the IPv4 it is.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+    let start = out.len();
+    out.resize(start + 45, 0);
+    let mut text = Cursor {
+        buf: &mut out[start..],
+        at: 0,
     };
-    match ip {
-        // Nearly every line's client: four numbers, without the formatting machinery.
-        IpAddr::V4(v4) => {
-            let [a, b, c, d] = v4.octets();
-            number(out, a);
-            for octet in [b, c, d] {
-                out.push(b'.');
-                number(out, octet);
-            }
-        }
-        IpAddr::V6(_) => {
-            let _ = write!(out, "{ip}");
-        }
-    }
+    text.client(ip);
+    let written = text.at;
+    out.truncate(start + written);
 }
 
 /// Milliseconds with microsecond precision.
