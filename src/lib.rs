@@ -37,14 +37,15 @@
 //! [`blocking_http`] is the small client for asking an HTTP server without a runtime
 //! (`musicd status`, `compare`); [`varnish`] sends the one kind of request the caches in
 //! front take, asynchronously. [`daemon`] runs the server (foreground, or supervised
-//! forever-style) and [`cli`] holds what both binaries share on the command line.
+//! forever-style) and [`cli`] holds what both binaries share on the command line;
+//! [`allocator`] is the daemon's global allocator.
 //!
 //! The layers, lowest first; a module imports only from its own layer or below, and
 //! `tests/integration/boundaries.rs` checks it:
 //!
 //! | layer | modules |
 //! |---|---|
-//! | base | [`config`], [`media`], [`signing`], [`redis_link`], [`blocking_http`], [`varnish`], [`timing`], [`cli`] |
+//! | base | [`allocator`], [`config`], [`media`], [`signing`], [`redis_link`], [`blocking_http`], [`varnish`], [`timing`], [`cli`] |
 //! | catalogue | [`catalog`]: id to path, fenced fills, the rebuild |
 //! | follower | [`follow`] |
 //! | HTTP | [`http`], then [`server`] |
@@ -57,6 +58,7 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod admin;
+pub mod allocator;
 pub mod blocking_http;
 pub mod catalog;
 pub mod cli;

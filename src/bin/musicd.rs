@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 // glibc malloc showed up as ~12 % of the CPU of a small-file request; mimalloc's
 // thread-local free lists make those allocations nearly free.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: musicd::allocator::MiMalloc = musicd::allocator::MiMalloc;
 use musicd::cli::{ConfigArgs, Describe};
 use musicd::config::Config;
 use musicd::daemon::control::{self, Started, Stopped};

@@ -220,6 +220,7 @@ const LAYERS: [&[&str]; 7] = [
         "blocking_http",
         "varnish",
         "timing",
+        "allocator",
         "cli",
     ],
     &["catalog"],
