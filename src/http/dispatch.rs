@@ -14,6 +14,7 @@ use std::borrow::Cow;
 
 use super::access::AccessRequest;
 use super::app::{App, ListenerRole};
+use super::error::ApiError;
 use super::file::request::FileRequest;
 use super::routes::Route;
 use super::service::{Answer, Payload, Request};
@@ -89,28 +90,35 @@ pub(crate) async fn dispatch(app: &App, role: ListenerRole, request: &Request<'_
 
 /// `{prefix}/{id}[/{name}]`: CORS first, then the method, then the track.
 async fn track_route(app: &App, id: Cow<'_, str>, request: &Request<'_>) -> Dispatched {
-    let access = AccessRequest::read(request);
+    // One pass over the header lines for both readers.
+    let mut access = AccessRequest::from_query(request);
+    let mut file_request = FileRequest::of(request);
+    for (name, value) in request.headers() {
+        if !file_request.take_header(name, value) {
+            AccessRequest::take_header(&mut access, name, value);
+        }
+    }
     let rules = &app.state.access;
     let origin = access.as_ref().and_then(|a| a.origin.as_deref());
-    let answer =
-        if *request.method == Method::OPTIONS && access.as_ref().is_some_and(|a| a.preflight) {
-            rules.cors.preflight(origin)
-        } else if *request.method != Method::GET && *request.method != Method::HEAD {
-            not_allowed()
-        } else {
-            let mut file_request = FileRequest::read(request);
-            file_request.download = access.as_ref().is_some_and(|a| a.download);
-            let link = access.as_ref().map(|a| a.link.clone()).unwrap_or_default();
-            let client = || rules.trusted_proxies.client_of(request);
-            let (outcome, mut answer) =
-                track::answer(&app.state, id, file_request, &link, client).await;
-            rules.cors.decorate(origin, &mut answer.headers);
-            return Dispatched {
-                route: Route::Track,
-                outcome,
-                answer,
-            };
+    let answer = if *request.method == Method::OPTIONS
+        && access.as_ref().is_some_and(|a| a.preflight)
+    {
+        rules.cors.preflight(origin)
+    } else if *request.method != Method::GET && *request.method != Method::HEAD {
+        not_allowed()
+    } else {
+        file_request.download = access.as_ref().is_some_and(|a| a.download);
+        let link = access.as_ref().map(|a| a.link.clone()).unwrap_or_default();
+        let client = || rules.trusted_proxies.client_of(request);
+        let (outcome, answer) = track::answer(&app.state, id, file_request, &link, client).await;
+        let mut answer = answer.unwrap_or_else(ApiError::into_answer);
+        rules.cors.decorate(origin, &mut answer.headers);
+        return Dispatched {
+            route: Route::Track,
+            outcome,
+            answer,
         };
+    };
     Dispatched {
         route: Route::Track,
         outcome: CacheOutcome::None,

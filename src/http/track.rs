@@ -1,9 +1,9 @@
 //! The track route: an id in, a file answer out.
 //!
 //! [`answer`] parses the id ([`parse_track_id`]: exactly 24 hex digits, no database query
-//! for anything else), checks a signed link ([`crate::signing`]), resolves it through the [`Resolver`](crate::catalog::Resolver),
-//! and answers from the file cache or from the disk ([`super::file`]). Failures become
-//! their JSON answers here, through `ApiError`.
+//! for anything else), checks a signed link ([`crate::signing`]), resolves it through the
+//! [`Resolver`](crate::catalog::Resolver), and answers from the file cache or from the disk
+//! ([`super::file`]). Failures are `ApiError`s, each with its JSON answer.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -19,19 +19,10 @@ use crate::catalog::{CacheOutcome, ResolveError};
 use crate::signing::LinkParams;
 use crate::timing::unix_secs;
 
-/// Checks the link, resolves `id` and answers with its file (or the error's answer).
+/// Checks the link, resolves `id` and answers with its file; an error is turned into its
+/// answer by the caller (`ApiError::into_answer`), so that this future is the only one
+/// between the route and the file.
 pub(crate) async fn answer(
-    state: &AppState,
-    id: Cow<'_, str>,
-    request: FileRequest,
-    link: &LinkParams,
-    client: impl FnOnce() -> IpAddr,
-) -> (CacheOutcome, Answer) {
-    let (outcome, result) = resolve_and_serve(state, id, request, link, client).await;
-    (outcome, result.unwrap_or_else(ApiError::into_answer))
-}
-
-async fn resolve_and_serve(
     state: &AppState,
     id: Cow<'_, str>,
     request: FileRequest,
@@ -42,8 +33,9 @@ async fn resolve_and_serve(
         let id = id.into_owned();
         return (CacheOutcome::None, Err(ApiError::InvalidId { id }));
     };
-    // Before any lookup: a refused link costs no Redis or MongoDB query.
-    let now = unix_secs();
+    // Before any lookup: a refused link costs no Redis or MongoDB query. Only a link's
+    // expiry reads the clock: an unsigned request is decided without it.
+    let now = if link.present() { unix_secs() } else { 0 };
     if let Err(source) = state.access.signing.check(&oid, link, now, client) {
         let id = id.into_owned();
         return (CacheOutcome::None, Err(ApiError::Signature { id, source }));

@@ -47,22 +47,33 @@ pub(crate) struct AccessRequest {
 }
 
 impl AccessRequest {
-    /// What `request` says about access; `None` when it says nothing (most requests: no
-    /// allocation then).
-    pub(crate) fn read(request: &Request<'_>) -> Option<AccessRequest> {
-        let mut access: Option<AccessRequest> = None;
-        if let Some(query) = request.query {
-            access.get_or_insert_default().read_query(query);
+    /// What `request`'s query says about access; `None` when it has none. Its headers are
+    /// offered one by one to [`Self::take_header`].
+    pub(crate) fn from_query(request: &Request<'_>) -> Option<AccessRequest> {
+        request.query.map(|query| {
+            let mut access = AccessRequest::default();
+            access.read_query(query);
+            access
+        })
+    }
+
+    /// Keeps header `name` in `access` if it is about access (CORS): `false` when it is
+    /// not. `access` stays `None` for most requests, which say nothing: no allocation then.
+    pub(crate) fn take_header(
+        access: &mut Option<AccessRequest>,
+        name: &[u8],
+        value: &[u8],
+    ) -> bool {
+        if name.eq_ignore_ascii_case(b"origin") {
+            access.get_or_insert_default().origin =
+                std::str::from_utf8(value).ok().map(str::to_string);
+            true
+        } else if name.eq_ignore_ascii_case(b"access-control-request-method") {
+            access.get_or_insert_default().preflight = true;
+            true
+        } else {
+            false
         }
-        for (name, value) in request.headers() {
-            if name.eq_ignore_ascii_case(b"origin") {
-                access.get_or_insert_default().origin =
-                    std::str::from_utf8(value).ok().map(str::to_string);
-            } else if name.eq_ignore_ascii_case(b"access-control-request-method") {
-                access.get_or_insert_default().preflight = true;
-            }
-        }
-        access
     }
 
     /// Reads the query string (without `?`) of a track URL.

@@ -34,43 +34,52 @@ pub(crate) struct FileRequest {
 impl FileRequest {
     /// The file server's part of a track request: HEAD or not, and the headers of ranges,
     /// conditions and the authorization probe (`download` comes from the query, elsewhere).
+    #[cfg(test)]
     pub(crate) fn read(request: &Request<'_>) -> FileRequest {
-        let mut file_request = FileRequest {
+        let mut file_request = FileRequest::of(request);
+        for (name, value) in request.headers() {
+            file_request.take_header(name, value);
+        }
+        file_request
+    }
+
+    /// A request without any of the file server's headers yet (see [`Self::take_header`]).
+    pub(crate) fn of(request: &Request<'_>) -> FileRequest {
+        FileRequest {
             head: request.is_head(),
             read_at: Some(request.read_at),
             ..FileRequest::default()
-        };
-        for (name, value) in request.headers() {
-            if name.len() == 18 && name.eq_ignore_ascii_case(b"x-musicd-authorize") {
-                file_request.authorize_only = value == b"1";
-                continue;
-            }
-            let slot = match name.len() {
-                5 if name.eq_ignore_ascii_case(b"range") => &mut file_request.range,
-                8 if name.eq_ignore_ascii_case(b"if-match") => &mut file_request.if_match,
-                8 if name.eq_ignore_ascii_case(b"if-range") => &mut file_request.if_range,
-                13 if name.eq_ignore_ascii_case(b"if-none-match") => {
-                    &mut file_request.if_none_match
-                }
-                17 if name.eq_ignore_ascii_case(b"if-modified-since") => {
-                    &mut file_request.if_modified_since
-                }
-                19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
-                    &mut file_request.if_unmodified_since
-                }
-                _ => continue,
-            };
-            // Like `HeaderValue::to_str`: a value that is not visible ASCII is ignored.
-            if let Ok(text) = std::str::from_utf8(value)
-                && text
-                    .bytes()
-                    .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
-                && slot.is_none()
-            {
-                *slot = Some(text.to_string());
-            }
         }
-        file_request
+    }
+
+    /// Keeps header `name` if it is one of the file server's: `false` when it is not, so
+    /// that one pass over the head can offer each line to each reader in turn.
+    pub(crate) fn take_header(&mut self, name: &[u8], value: &[u8]) -> bool {
+        if name.len() == 18 && name.eq_ignore_ascii_case(b"x-musicd-authorize") {
+            self.authorize_only = value == b"1";
+            return true;
+        }
+        let slot = match name.len() {
+            5 if name.eq_ignore_ascii_case(b"range") => &mut self.range,
+            8 if name.eq_ignore_ascii_case(b"if-match") => &mut self.if_match,
+            8 if name.eq_ignore_ascii_case(b"if-range") => &mut self.if_range,
+            13 if name.eq_ignore_ascii_case(b"if-none-match") => &mut self.if_none_match,
+            17 if name.eq_ignore_ascii_case(b"if-modified-since") => &mut self.if_modified_since,
+            19 if name.eq_ignore_ascii_case(b"if-unmodified-since") => {
+                &mut self.if_unmodified_since
+            }
+            _ => return false,
+        };
+        // Like `HeaderValue::to_str`: a value that is not visible ASCII is ignored.
+        if let Ok(text) = std::str::from_utf8(value)
+            && text
+                .bytes()
+                .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+            && slot.is_none()
+        {
+            *slot = Some(text.to_string());
+        }
+        true
     }
 
     /// The conditional headers, borrowed for evaluation.

@@ -129,6 +129,9 @@ pub struct RequestHead {
     /// Its origin form: all or part of `target`; `None` when that is `/` without being
     /// written (CONNECT, `http://host?query`).
     origin: Option<Span>,
+    /// Where the header fields begin: past the request line, so a reader of the fields
+    /// does not look for its end again.
+    fields: u32,
     /// Bytes of the buffer the head took.
     pub len: usize,
 }
@@ -139,20 +142,25 @@ type Span = (u32, u32);
 impl RequestHead {
     /// The request as the service sees it; `head` holds the bytes this was parsed from.
     pub fn request<'a>(&'a self, head: &'a [u8], peer: IpAddr, read_at: Instant) -> Request<'a> {
-        let text = |(start, end): Span| {
-            head.get(start as usize..end as usize)
-                .and_then(|bytes| std::str::from_utf8(bytes).ok())
-                .unwrap_or_default()
-        };
-        let origin = self.origin.map_or("/", text);
-        Request::new(
+        let (start, end) = self.target;
+        // One UTF-8 check: the origin form lies within the target.
+        let target = head
+            .get(start as usize..end as usize)
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .unwrap_or_default();
+        let origin = self.origin.map_or("/", |(from, to)| {
+            let within = from.saturating_sub(start) as usize..to.saturating_sub(start) as usize;
+            target.get(within).unwrap_or_default()
+        });
+        let fields = head.get(self.fields as usize..).unwrap_or_default();
+        Request::parsed(
             &self.method,
             self.version,
-            text(self.target),
+            target,
             origin,
             peer,
             read_at,
-            head,
+            fields,
         )
     }
 }
@@ -246,6 +254,9 @@ pub fn parse_head(buf: &[u8], limits: HeadLimits) -> Result<Option<RequestHead>,
         request_id: fields.request_id,
         target: span(target),
         origin,
+        fields: headers
+            .first()
+            .map_or(len as u32, |first| span(first.name).0),
         len,
     }))
 }

@@ -101,6 +101,8 @@ impl<S: Service> Connection<S> {
         if !decision.send_body {
             return Ok((0, decision.keep_alive));
         }
+        // Files and streamed bodies are boxed: their futures are the largest, and every
+        // small answer would otherwise carry (and copy) their size.
         let sent = match payload {
             Payload::Empty => Ok(0),
             Payload::Bytes(bytes) => self.send_bytes(bytes).await,
@@ -108,10 +110,9 @@ impl<S: Service> Connection<S> {
                 file,
                 segments,
                 opened,
-            } => self.send_file(&file, segments, opened).await,
+            } => Box::pin(self.send_file(&file, segments, opened)).await,
             Payload::Body(body) => {
-                self.send_body(body, decision.framing == Framing::Chunked)
-                    .await
+                Box::pin(self.send_body(body, decision.framing == Framing::Chunked)).await
             }
         };
         sent.map(|bytes| (bytes, decision.keep_alive))
