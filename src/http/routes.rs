@@ -151,6 +151,9 @@ mod tests {
             Some(id)
         );
         assert_eq!(routes.id("/musicdb/%ff/x").as_deref(), Some("%ff"));
+        // An escape in the name is the name's: the id is used as received.
+        let named = format!("/musicdb/{id}/a%20b.mp3");
+        assert!(matches!(routes.id(&named), Some(Cow::Borrowed(got)) if got == id));
         for miss in [
             "/musicdb/",
             "/musicdb",

@@ -12,6 +12,7 @@
 //! Times are UTC; the formatted second is cached per thread.
 
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -71,45 +72,39 @@ fn combined_with_id(out: &mut Vec<u8>, entry: &Entry<'_>, request_id: &[u8]) {
     // separators) at most `COMBINED_FIXED`.
     let escaped = entry.method.len() + entry.target.len() + entry.referer.len();
     let most = COMBINED_FIXED + request_id.len() + 4 * (escaped + entry.user_agent.len());
-    let start = out.len();
-    out.resize(start + most, 0);
-    let mut line = Cursor {
-        buf: &mut out[start..],
-        at: 0,
-    };
-    line.client(entry.client);
-    line.put(b" - - [");
-    with_times(entry.at, |times| line.put(&times.clf));
-    line.put(b"] \"");
-    if entry.target.is_empty() {
-        line.put(b"-");
-    } else {
-        line.escaped(entry.method.as_bytes());
+    write_reserved(out, most, |line| {
+        line.client(entry.client);
+        line.put(b" - - [");
+        with_times(entry.at, |times| line.put(&times.clf));
+        line.put(b"] \"");
+        if entry.target.is_empty() {
+            line.put(b"-");
+        } else {
+            line.escaped(entry.method.as_bytes());
+            line.put(b" ");
+            line.escaped(entry.target);
+            line.put(b" ");
+            line.put(version(entry.version).as_bytes());
+        }
+        line.put(b"\" ");
+        line.number(entry.status);
         line.put(b" ");
-        line.escaped(entry.target);
+        line.number(entry.bytes);
+        line.put(b" \"");
+        line.dash_or_escaped(entry.referer);
+        line.put(b"\" \"");
+        line.dash_or_escaped(entry.user_agent);
+        line.put(b"\" ");
+        // Ids are short and plain (checked when received, hex when ours): no escaping.
+        line.put(request_id);
         line.put(b" ");
-        line.put(version(entry.version).as_bytes());
-    }
-    line.put(b"\" ");
-    line.number(entry.status);
-    line.put(b" ");
-    line.number(entry.bytes);
-    line.put(b" \"");
-    line.dash_or_escaped(entry.referer);
-    line.put(b"\" \"");
-    line.dash_or_escaped(entry.user_agent);
-    line.put(b"\" ");
-    // Ids are short and plain (checked when received, hex when ours): no escaping.
-    line.put(request_id);
-    line.put(b" ");
-    line.put(entry.cache.as_str().as_bytes());
-    line.put(b" ");
-    line.thousandths(millis_u64(entry.latency));
-    line.put(b" ");
-    line.thousandths(millis_u64(entry.ttfb));
-    line.put(if entry.complete { b" 1\n" } else { b" 0\n" });
-    let written = line.at;
-    out.truncate(start + written);
+        line.put(entry.cache.as_str().as_bytes());
+        line.put(b" ");
+        line.thousandths(millis_u64(entry.latency));
+        line.put(b" ");
+        line.thousandths(millis_u64(entry.ttfb));
+        line.put(if entry.complete { b" 1\n" } else { b" 0\n" });
+    });
 }
 
 /// The most a combined line takes besides its escaped fields and request id: an IPv6
@@ -117,16 +112,35 @@ fn combined_with_id(out: &mut Vec<u8>, entry: &Entry<'_>, request_id: &[u8]) {
 /// (u64), the cache outcome, version and separators, with room to spare.
 const COMBINED_FIXED: usize = 512;
 
-/// Writes into room reserved beforehand ([`combined`] reserves the longest form).
+/// Writes into room reserved beforehand, uninitialised: [`write_reserved`] reserves the
+/// longest form and keeps what the cursor wrote. Zeroing the room first (`resize`) cost
+/// a memset of the longest form for every line.
 struct Cursor<'a> {
-    buf: &'a mut [u8],
+    buf: &'a mut [MaybeUninit<u8>],
+    /// Everything before it has been written.
     at: usize,
+}
+
+/// Runs `write` over `most` bytes of room at the end of `out`, then keeps the bytes it
+/// wrote. Panics (before anything is kept) if `write` goes past `most`.
+fn write_reserved(out: &mut Vec<u8>, most: usize, write: impl FnOnce(&mut Cursor<'_>)) {
+    out.reserve(most);
+    let mut cursor = Cursor {
+        buf: &mut out.spare_capacity_mut()[..most],
+        at: 0,
+    };
+    write(&mut cursor);
+    let written = cursor.at;
+    // SAFETY: the cursor only moves `at` past bytes it has written (`put`, `number`), so
+    // the first `written` bytes of the spare capacity are initialised, and `written` is
+    // at most `most`, which was reserved.
+    unsafe { out.set_len(out.len() + written) };
 }
 
 impl Cursor<'_> {
     fn put(&mut self, bytes: &[u8]) {
         let end = self.at + bytes.len();
-        self.buf[self.at..end].copy_from_slice(bytes);
+        self.buf[self.at..end].write_copy_of_slice(bytes);
         self.at = end;
     }
 
@@ -136,7 +150,7 @@ impl Cursor<'_> {
         let digits = n.checked_ilog10().unwrap_or(0) as usize + 1;
         let end = self.at + digits;
         for slot in self.buf[self.at..end].iter_mut().rev() {
-            *slot = b'0' + (n % 10) as u8;
+            slot.write(b'0' + (n % 10) as u8);
             n /= 10;
         }
         self.at = end;
@@ -320,15 +334,8 @@ fn request_id(out: &mut Vec<u8>, id: &RequestId) {
 
 /// The client as [`combined`] writes it, for the JSON line.
 fn write_ip(out: &mut Vec<u8>, ip: IpAddr) {
-    let start = out.len();
-    out.resize(start + 45, 0);
-    let mut text = Cursor {
-        buf: &mut out[start..],
-        at: 0,
-    };
-    text.client(ip);
-    let written = text.at;
-    out.truncate(start + written);
+    // The longest text of an IPv6 address is 45 bytes.
+    write_reserved(out, 45, |text| text.client(ip));
 }
 
 /// Milliseconds with microsecond precision.
@@ -549,14 +556,10 @@ mod tests {
     #[test]
     fn escaping_copies_plain_runs_and_escapes_every_other_byte() {
         let every_byte: Vec<u8> = (0..=255u8).chain(*b"plain \"q\" tail").collect();
-        let mut out = vec![0; every_byte.len() * 4];
-        let mut line = Cursor {
-            buf: &mut out,
-            at: 0,
-        };
-        line.escaped(&every_byte);
-        let written = line.at;
-        out.truncate(written);
+        let mut out = Vec::new();
+        write_reserved(&mut out, every_byte.len() * 4, |line| {
+            line.escaped(&every_byte)
+        });
         let mut expected = Vec::new();
         for &b in &every_byte {
             if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {

@@ -14,8 +14,13 @@ pub(crate) enum RequestId {
     Generated(u64),
 }
 
-/// Random per process, so ids from several musicd processes do not collide in one log.
-static REQUEST_PREFIX: std::sync::LazyLock<u32> = std::sync::LazyLock::new(rand::random);
+/// Random per process, so ids from several musicd processes do not collide in one log:
+/// eight hex digits and the `-`, rendered once.
+static REQUEST_PREFIX: std::sync::LazyLock<[u8; 9]> = std::sync::LazyLock::new(|| {
+    let mut prefix = [b'-'; 9];
+    prefix[..8].copy_from_slice(&hex_digits(u64::from(rand::random::<u32>()))[8..]);
+    prefix
+});
 static REQUEST_BLOCKS: AtomicU64 = AtomicU64::new(0);
 /// Ids handed out per visit to the shared counter: each event loop counts on its own, so
 /// the request path touches no cache line another core writes.
@@ -59,27 +64,38 @@ impl RequestId {
         match self {
             RequestId::Given(id) => f(id.as_bytes()),
             RequestId::Generated(n) => {
-                // An 8-digit prefix, '-', and at most 16 digits.
+                // The prefix with its '-', then the counter's digits without leading zeros.
                 let mut text = [0u8; 25];
-                let mut len = put_hex(&mut text, u64::from(*REQUEST_PREFIX), 8);
-                text[len] = b'-';
-                len += 1;
-                len += put_hex(&mut text[len..], *n, 1);
-                f(&text[..len])
+                text[..9].copy_from_slice(&*REQUEST_PREFIX);
+                let digits = hex_digits(*n);
+                let len = (16 - n.leading_zeros() as usize / 4).max(1);
+                text[9..9 + len].copy_from_slice(&digits[16 - len..]);
+                f(&text[..9 + len])
             }
         }
     }
 }
 
-/// Writes `value` in lowercase hex, at least `width` (at most 16) digits, at the start of
-/// `out`; returns how many.
-fn put_hex(out: &mut [u8], value: u64, width: usize) -> usize {
-    let digits = (16 - value.leading_zeros() as usize / 4).max(width).min(16);
-    for (i, slot) in out[..digits].iter_mut().enumerate() {
-        let shift = (digits - 1 - i) * 4;
-        *slot = b"0123456789abcdef"[((value >> shift) & 0xf) as usize];
-    }
-    digits
+/// `value` as sixteen lowercase hex digits, most significant first, computed a word at a
+/// time: each nibble spread into a byte, then each byte moved to its ASCII digit.
+fn hex_digits(value: u64) -> [u8; 16] {
+    const LOW_NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    let spread = |half: u32| {
+        let x = u64::from(half);
+        let x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF;
+        let x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF;
+        // Nibble k now at bit 8k: read big-endian, the first byte is the top nibble.
+        (x | (x << 4)) & LOW_NIBBLES
+    };
+    let to_ascii = |nibbles: u64| {
+        // 0x01 in each byte whose nibble is 10 or more: those become 'a'..'f'.
+        let letters = ((nibbles + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        nibbles + 0x3030_3030_3030_3030 + letters * u64::from(b'a' - b'0' - 10)
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&to_ascii(spread((value >> 32) as u32)).to_be_bytes());
+    out[8..].copy_from_slice(&to_ascii(spread(value as u32)).to_be_bytes());
+    out
 }
 
 impl std::fmt::Display for RequestId {
@@ -105,10 +121,14 @@ mod tests {
             assert!(u32::from_str_radix(prefix, 16).is_ok(), "{id}");
             assert!(u64::from_str_radix(counter, 16).is_ok(), "{id}");
         }
-        let mut out = [0u8; 25];
-        let mut len = put_hex(&mut out, 0xab, 8);
-        len += put_hex(&mut out[len..], 0, 1);
-        len += put_hex(&mut out[len..], u64::MAX, 1);
-        assert_eq!(&out[..len], b"000000ab0ffffffffffffffff");
+        for value in [0, 1, 0xab, 0x9a, 0x0123_4567_89ab_cdef, u64::MAX, 1 << 63] {
+            assert_eq!(
+                String::from_utf8_lossy(&hex_digits(value)),
+                format!("{value:016x}")
+            );
+            let text = RequestId::Generated(value).to_string();
+            let counter = text.split_once('-').map(|(_, n)| n.to_string());
+            assert_eq!(counter, Some(format!("{value:x}")));
+        }
     }
 }
