@@ -101,26 +101,40 @@ fn authorized(link: &LinkParams, now: u64) -> Answer {
 
 /// The ObjectId in a track URL segment: exactly 24 hexadecimal digits (either case).
 pub fn parse_track_id(segment: &str) -> Option<ObjectId> {
-    // Decoded by hand: the bson parser collects into a Vec first, on every request.
-    let digits = segment.as_bytes();
-    if digits.len() != 24 {
-        return None;
-    }
+    // Decoded by hand: the bson parser collects into a Vec first, on every request. A
+    // table and one check at the end, not a branch per digit.
+    let digits: &[u8; 24] = segment.as_bytes().try_into().ok()?;
     let mut bytes = [0u8; 12];
+    let mut invalid = 0u8;
     for (byte, pair) in bytes.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = (hex_value(pair[0])? << 4) | hex_value(pair[1])?;
+        let (high, low) = (
+            HEX_VALUES[usize::from(pair[0])],
+            HEX_VALUES[usize::from(pair[1])],
+        );
+        invalid |= high | low;
+        *byte = (high << 4) | (low & 0x0f);
     }
-    Some(ObjectId::from_bytes(bytes))
+    (invalid & NOT_HEX == 0).then(|| ObjectId::from_bytes(bytes))
 }
 
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
+/// Marks a byte that is not a hexadecimal digit in [`HEX_VALUES`].
+const NOT_HEX: u8 = 0x10;
+
+/// Each byte's value as a hexadecimal digit, or [`NOT_HEX`].
+const HEX_VALUES: [u8; 256] = {
+    let mut values = [NOT_HEX; 256];
+    let mut b = 0;
+    while b < 256 {
+        values[b] = match b as u8 {
+            digit @ b'0'..=b'9' => digit - b'0',
+            digit @ b'a'..=b'f' => digit - b'a' + 10,
+            digit @ b'A'..=b'F' => digit - b'A' + 10,
+            _ => NOT_HEX,
+        };
+        b += 1;
     }
-}
+    values
+};
 
 #[cfg(test)]
 mod tests {
@@ -139,6 +153,22 @@ mod tests {
             "6b0dc37d3ba0d873deac938é",
         ] {
             assert!(parse_track_id(bad).is_none(), "{bad}");
+        }
+        // Every ASCII byte at the first and the last place: only the 22 digits pass.
+        for b in 0..128u8 {
+            let digit = b.is_ascii_hexdigit();
+            for at in [0, 23] {
+                let mut text = *b"6b0dc37d3ba0d873deac9381";
+                text[at] = b;
+                let text = std::str::from_utf8(&text).expect("ascii");
+                assert_eq!(parse_track_id(text).is_some(), digit, "{text:?}");
+                if digit {
+                    assert_eq!(
+                        parse_track_id(text).map(|id| id.to_hex()),
+                        Some(text.to_ascii_lowercase())
+                    );
+                }
+            }
         }
     }
 }
