@@ -39,7 +39,9 @@ impl TrustedProxies {
         real_ip: Option<&[u8]>,
     ) -> IpAddr {
         let peer = canonical(peer);
-        if !self.trusts(peer) {
+        // Without forwarding headers the peer is the client, trusted or not: most requests
+        // skip the walk over the trusted networks.
+        if (forwarded_for.is_empty() && real_ip.is_none()) || !self.trusts(peer) {
             return peer;
         }
         if forwarded_for.is_empty() {
