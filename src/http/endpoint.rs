@@ -59,6 +59,7 @@ impl Service for Endpoint {
                 cache,
                 started: exchange.started,
                 head_written: exchange.head_written,
+                ended: exchange.ended,
                 line,
             },
         );

@@ -427,6 +427,8 @@ pub(crate) struct Finished<'a> {
     pub(crate) started: Instant,
     /// When its response head was written, if it was.
     pub(crate) head_written: Option<Instant>,
+    /// When it ended.
+    pub(crate) ended: Instant,
     /// The line's other fields, when logging.
     pub(crate) line: Option<Entry<'a>>,
 }
@@ -495,7 +497,7 @@ pub(crate) fn entry<'a>(
 /// Counts the exchange and writes its access-log line.
 pub(crate) fn finish(metrics: &Metrics, log: Option<&LogBuffer>, done: Finished<'_>) {
     metrics.response_finished(done.route, done.status, done.bytes, done.cache);
-    let ended = Instant::now();
+    let ended = done.ended;
     let duration = ended.saturating_duration_since(done.started);
     let ttfb = done
         .head_written
@@ -538,6 +540,7 @@ X-Real-IP: 4.4.4.4\r\n\r\n";
             complete: true,
             started: Instant::now(),
             head_written: None,
+            ended: Instant::now(),
         };
         let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().expect("net")]);
         let line = entry(&exchange, CacheOutcome::None, &proxies);

@@ -99,6 +99,8 @@ pub(crate) async fn serve_connection<S: Service>(
         head_written: None,
         pacing: None,
         paced_since: None,
+        last_read: now.into_std(),
+        current: None,
     };
     connection.run().await;
 }
@@ -128,6 +130,13 @@ pub(super) struct Connection<S> {
     pub(super) pacing: Option<Pacing>,
     /// When the current response's pacing began (its free start sent).
     pub(super) paced_since: Option<std::time::Instant>,
+    /// When the last read that brought request bytes returned: when a head (and body)
+    /// read from it had been read in full, as nginx's `$request_time` counts.
+    last_read: std::time::Instant,
+    /// The last clock read, while it is still the present for the connection's clocks:
+    /// nothing but non-blocking calls has happened since. Forgotten at every wait. Each
+    /// clock read saved is about 20 ns, a request made four and now makes two.
+    pub(super) current: Option<std::time::Instant>,
 }
 
 /// What a wait for input is for, and so which clock bounds it.
@@ -307,8 +316,13 @@ impl<S: Service> Connection<S> {
     async fn read_more(&mut self, wait: Wait) -> Read {
         // Every clock runs from a fixed instant (accept, the head's first byte, the body's
         // start, this wait's start), not from each wake-up: a connection woken by the lazy
-        // timer must not extend its own time.
-        let waiting_since = Instant::now();
+        // timer must not extend its own time. An idle wait starts when the last answer
+        // left, read then if nothing has waited since.
+        let current = self.current.take();
+        let waiting_since = match wait {
+            Wait::Idle => current.map_or_else(Instant::now, Instant::from_std),
+            _ => Instant::now(),
+        };
         loop {
             let settings = &self.shared.settings;
             let mut deadline = match wait {
@@ -356,6 +370,9 @@ impl<S: Service> Connection<S> {
             match self.stream.try_read_buf(&mut self.input) {
                 Ok(0) => return Read::Gone,
                 Ok(read) => {
+                    let now = std::time::Instant::now();
+                    self.last_read = now;
+                    self.current = Some(now);
                     if read < room {
                         // A read that did not fill the buffer emptied the socket: forget
                         // its readiness, so the next wait goes to the event loop's poll
@@ -380,13 +397,16 @@ impl<S: Service> Connection<S> {
 
     /// Answers one request; `raw` holds its head's bytes.
     async fn exchange(&mut self, mut head: RequestHead, raw: &Bytes) -> After {
-        let started = std::time::Instant::now();
+        let started = self.last_read;
         self.head_written = None;
-        let shared = Arc::clone(&self.shared);
         let keep_alive = head.keep_alive && !self.stopping();
         let request_id = RequestId::given_or_next(head.request_id.take());
         let request = head.request(raw, self.peer, started);
-        let (answer, context) = shared.service.call(&request).await;
+        // `self.shared` is borrowed, not cloned: a clone is a locked add and a locked
+        // subtract per request on a count every connection of every loop shares.
+        let (answer, context) = self.shared.service.call(&request).await;
+        // The service may have waited (a lookup): `respond` reads the clock again.
+        self.current = None;
         let status = answer.status;
         let sent = self
             .respond(
@@ -410,8 +430,9 @@ impl<S: Service> Connection<S> {
             complete,
             started,
             head_written: self.head_written,
+            ended: self.current.unwrap_or_else(std::time::Instant::now),
         };
-        shared.service.finish(&exchange, Some(context));
+        self.shared.service.finish(&exchange, Some(context));
         after
     }
 
@@ -441,6 +462,7 @@ impl<S: Service> Connection<S> {
             complete: flushed,
             started,
             head_written: self.head_written,
+            ended: std::time::Instant::now(),
         };
         shared.service.finish(&exchange, None);
         if flushed {

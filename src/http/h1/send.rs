@@ -83,6 +83,7 @@ impl<S: Service> Connection<S> {
             self.output = spare::take(lines.len() + framing::HEAD_ROOM);
         }
         let now = std::time::Instant::now();
+        self.current = Some(now);
         framing::write_head(
             &mut self.output,
             &ResponseHead {
@@ -112,6 +113,8 @@ impl<S: Service> Connection<S> {
                 opened,
             } => Box::pin(self.send_file(&file, segments, opened)).await,
             Payload::Body(body) => {
+                // Its frames may not be ready: the clock is read again at the end.
+                self.current = None;
                 Box::pin(self.send_body(body, decision.framing == Framing::Chunked)).await
             }
         };
@@ -185,6 +188,7 @@ impl<S: Service> Connection<S> {
         let due = Duration::from_secs_f64((sent + chunk - after) as f64 / rate as f64);
         let elapsed = started.elapsed();
         if due > elapsed {
+            self.current = None;
             tokio::time::sleep(due - elapsed).await;
         }
         chunk
@@ -424,6 +428,7 @@ impl<S: Service> Connection<S> {
     /// Waits until the socket takes bytes again, for at most the write timeout: a client
     /// that stopped reading is dropped instead of holding a file and a task forever.
     async fn wait_writable(&mut self) -> io::Result<()> {
+        self.current = None;
         match tokio::time::timeout(self.shared.settings.write_timeout, self.stream.writable()).await
         {
             Ok(ready) => ready,

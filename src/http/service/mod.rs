@@ -180,6 +180,8 @@ pub struct Exchange<'a> {
     pub(crate) started: Instant,
     /// When its response head was written, if it was.
     pub(crate) head_written: Option<Instant>,
+    /// When it ended: its last byte handed to the kernel, or its refusal.
+    pub(crate) ended: Instant,
 }
 
 #[cfg(test)]
