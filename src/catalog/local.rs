@@ -56,6 +56,15 @@ struct Entry {
     stored: Instant,
 }
 
+/// What a copy of an entry taken elsewhere needs to tell that it is still the entry: the
+/// evictions its shard had seen when it was read, and when it was stored
+/// ([`LocalCache::get_stamped`], [`LocalCache::still`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stamp {
+    epoch: u64,
+    stored: Instant,
+}
+
 /// A bounded, sharded map with a fixed TTL.
 pub(crate) struct LocalCache {
     shards: Vec<PaddedShard>,
@@ -158,6 +167,36 @@ impl LocalCache {
         let shard = self.shard(id).read().unwrap_or_else(|p| p.into_inner());
         let entry = shard.get(id)?;
         (now.saturating_duration_since(entry.stored) < self.live_ttl()).then(|| entry.value.clone())
+    }
+
+    /// [`LocalCache::get`], with the entry's [`Stamp`].
+    pub(crate) fn get_stamped(&self, id: &ObjectId, now: Instant) -> Option<(Local, Stamp)> {
+        if !self.enabled() {
+            return None;
+        }
+        let index = Self::shard_index(id);
+        let shard = self.shards[index].read().unwrap_or_else(|p| p.into_inner());
+        let entry = shard.get(id)?;
+        // Read under the shard's lock, which an eviction takes to move it: this count
+        // and this entry go together.
+        let epoch = self.epochs[index].load(Ordering::Acquire);
+        (now.saturating_duration_since(entry.stored) < self.live_ttl()).then(|| {
+            let stamp = Stamp {
+                epoch,
+                stored: entry.stored,
+            };
+            (entry.value.clone(), stamp)
+        })
+    }
+
+    /// Whether a copy of `id`'s entry stamped `stamp` is still as good as the entry at
+    /// time `now`: no eviction reached its shard since (the entry was neither evicted nor
+    /// cleared), and it is within the TTL that applies now. Two loads of lines that only
+    /// evictions write: no lock, no count moved on a line every core reads.
+    pub(crate) fn still(&self, id: &ObjectId, stamp: Stamp, now: Instant) -> bool {
+        self.enabled()
+            && self.epochs[Self::shard_index(id)].load(Ordering::Acquire) == stamp.epoch
+            && now.saturating_duration_since(stamp.stored) < self.live_ttl()
     }
 
     /// Remembers `value` for `id` for the TTL, unless an eviction reached its shard since

@@ -8,8 +8,9 @@
 //! * [`endpoint`] is the [`service::Service`]: it dispatches, then counts the exchange in
 //!   [`metrics`] and logs it ([`access_log`]);
 //! * [`dispatch`] picks the handler ([`routes`] names every route): the track route goes to
-//!   [`track`] (id to file answer, [`file`](mod@file) for the HTTP file semantics), the ops
-//!   endpoints to the axum router of [`app`] ([`ops`]);
+//!   [`track`] (id to file answer, [`file`](mod@file) for the HTTP file semantics, [`hot`]
+//!   for each loop's own copies of its hot tracks), the ops endpoints to the axum router of
+//!   [`app`] ([`ops`]);
 //! * every handler returns a [`service::Answer`]; [`error`] maps failures to their status.
 
 pub mod accept;
@@ -22,6 +23,7 @@ pub(crate) mod endpoint;
 pub(crate) mod error;
 pub mod file;
 pub mod h1;
+pub(crate) mod hot;
 pub(crate) mod metrics;
 pub(crate) mod ops;
 pub(crate) mod routes;

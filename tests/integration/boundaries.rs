@@ -152,6 +152,7 @@ fn h1_reaches_the_application_only_through_the_service_seam_and_http_has_no_cycl
         "app",
         "dispatch",
         "file",
+        "hot",
         "metrics",
         "ops",
         "routes",

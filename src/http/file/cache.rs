@@ -71,6 +71,9 @@ pub(crate) struct CachedFile {
     checked: AtomicU64,
     /// Its standing with the watcher.
     watch: Arc<EntryWatch>,
+    /// Set when the cache lets it go (replaced, evicted): copies of it elsewhere
+    /// ([`crate::http::hot`]) are then dropped too.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 impl CachedFile {
@@ -87,6 +90,20 @@ impl CachedFile {
             last_used: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             watch: Arc::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the cache has let it go.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// The bytes of a file kept in memory.
+    pub(crate) fn in_memory(&self) -> Option<&Bytes> {
+        match &self.content {
+            Content::Memory(bytes) => Some(bytes),
+            _ => None,
         }
     }
 
@@ -120,6 +137,9 @@ pub(crate) struct FileCache {
     /// inotify.
     watcher: Option<Watcher>,
     stats: AtomicU64,
+    /// Tells this cache from any other in the process (a test runs several servers):
+    /// copies of its entries elsewhere are keyed by it.
+    instance: u64,
 }
 
 /// A copy checked this recently before a request was read is a hot file: the loop's other
@@ -143,7 +163,16 @@ impl FileCache {
             epoch: Instant::now(),
             watcher: Watcher::new(watches),
             stats: AtomicU64::new(0),
+            instance: {
+                static INSTANCES: AtomicU64 = AtomicU64::new(0);
+                INSTANCES.fetch_add(1, Ordering::Relaxed)
+            },
         }
+    }
+
+    /// This cache among the process's (see `instance`).
+    pub(crate) fn instance(&self) -> u64 {
+        self.instance
     }
 
     fn now(&self) -> u64 {
@@ -193,23 +222,33 @@ impl FileCache {
     /// begun after `read_at` (this one's, if need be) saw no event for it: cheap for local
     /// files, and the price of never serving a stale copy.
     pub(crate) fn is_fresh(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
+        let fresh = self.is_current(raw_path, cached, read_at);
+        if fresh {
+            self.touch(cached);
+        }
+        fresh
+    }
+
+    /// Marks `cached` as just used, for the choice of what to evict.
+    pub(crate) fn touch(&self, cached: &CachedFile) {
+        cached.last_used.store(
+            self.clock.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// [`FileCache::is_fresh`] without [`FileCache::touch`].
+    pub(crate) fn is_current(&self, raw_path: &str, cached: &CachedFile, read_at: Instant) -> bool {
         let read_ns = self.since_epoch(read_at);
         let checked = cached.checked.load(Ordering::Acquire);
         let restat_due = read_ns.saturating_sub(checked) >= RESTAT_AFTER.as_nanos() as u64;
-        let fresh = checked > read_ns
+        checked > read_ns
             || (!restat_due
                 && self
                     .watcher
                     .as_ref()
                     .is_some_and(|w| w.vouches(&cached.watch, read_ns, || self.now())))
-            || self.unchanged_on_disk(raw_path, cached);
-        if fresh {
-            cached.last_used.store(
-                self.clock.fetch_add(1, Ordering::Relaxed),
-                Ordering::Relaxed,
-            );
-        }
-        fresh
+            || self.unchanged_on_disk(raw_path, cached)
     }
 
     /// The `stat`: whether `raw_path` is still the cached version. Arms the entry when it
@@ -308,6 +347,7 @@ impl FileCache {
     }
 
     fn forget(&self, old: &CachedFile) {
+        old.retired.store(true, Ordering::Release);
         if old.is_open() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         } else {

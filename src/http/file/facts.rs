@@ -41,6 +41,24 @@ pub(crate) struct Lines {
 }
 
 impl FileFacts {
+    /// A copy whose lines share no allocation with these (so no count that another
+    /// thread moves): for an event loop's own copy of a hot file (`crate::http::hot`).
+    pub(crate) fn copied(&self) -> FileFacts {
+        let copy = |bytes: &Bytes| Bytes::copy_from_slice(bytes);
+        let lines = |lines: &Lines| Lines {
+            body: copy(&lines.body),
+            full: copy(&lines.full),
+        };
+        FileFacts {
+            size: self.size,
+            validators: self.validators.clone(),
+            mime: self.mime,
+            validator_lines: copy(&self.validator_lines),
+            inline: lines(&self.inline),
+            attachment: lines(&self.attachment),
+        }
+    }
+
     /// The lines for a request that does (`download`) or does not want to save the file.
     pub(crate) fn lines(&self, download: bool) -> &Lines {
         if download {

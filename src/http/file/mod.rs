@@ -126,6 +126,18 @@ pub(crate) async fn from_cache(
         .then_some(answer)
 }
 
+/// The answer to `request` from a copy of a cached file's facts and bytes (see
+/// [`crate::http::hot`]); whether the copy is current is the caller's to prove.
+pub(crate) fn from_copy(
+    settings: &FileSettings,
+    id: &str,
+    facts: &FileFacts,
+    bytes: Bytes,
+    request: &FileRequest,
+) -> Result<Answer, ApiError> {
+    respond(settings, id, facts, Source::Memory(bytes), request)
+}
+
 /// Opens and evaluates the file for the request, on the blocking pool.
 pub(crate) async fn open_and_answer(
     settings: Arc<FileSettings>,
