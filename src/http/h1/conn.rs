@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{Method, Version};
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -208,27 +208,42 @@ impl<S: Service> Connection<S> {
                     return;
                 }
             };
-            // The head's bytes stay shared (not copied) while the service reads them.
-            let raw = self.input.split_to(head.len).freeze();
             head_started = None;
-            if let Some(body) = BodyReader::new(head.body) {
-                match self.read_body(body, head.expect_continue).await {
-                    Ok(Read::Data) => {}
-                    Ok(Read::Gone) => return,
-                    Ok(Read::TimedOut) => {
-                        let refusal = HeadError::BodyTimeout;
-                        Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
-                        return;
-                    }
-                    Err(refusal) => {
-                        Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
-                        return;
-                    }
+            let after = match BodyReader::new(head.body) {
+                // Nearly every request: the head is read where it lies, and the buffer
+                // then moves past it. Splitting it off (below) shares the buffer: an
+                // allocation and three locked counts a request.
+                None => {
+                    let input = std::mem::take(&mut self.input);
+                    let len = head.len;
+                    // Boxed (as is `refuse`): an exchange's future is a kilobyte and more,
+                    // held only while it runs instead of by every waiting connection.
+                    let after = Box::pin(self.exchange(head, &input[..len])).await;
+                    self.input = input;
+                    self.input.advance(len);
+                    after
                 }
-            }
-            // Boxed (as is `refuse`): an exchange's future is a kilobyte and more, held only
-            // while it runs instead of by every waiting connection.
-            match Box::pin(self.exchange(head, &raw)).await {
+                Some(body) => {
+                    // The head's bytes stay shared (not copied) while the body is read
+                    // past them and the service reads them.
+                    let raw = self.input.split_to(head.len).freeze();
+                    match self.read_body(body, head.expect_continue).await {
+                        Ok(Read::Data) => {}
+                        Ok(Read::Gone) => return,
+                        Ok(Read::TimedOut) => {
+                            let refusal = HeadError::BodyTimeout;
+                            Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
+                            return;
+                        }
+                        Err(refusal) => {
+                            Box::pin(self.refuse(refusal, head.method == Method::HEAD)).await;
+                            return;
+                        }
+                    }
+                    Box::pin(self.exchange(head, &raw)).await
+                }
+            };
+            match after {
                 After::KeepAlive => {}
                 After::Close => {
                     if self.flush().await.is_ok() {
@@ -241,9 +256,8 @@ impl<S: Service> Connection<S> {
             self.served += 1;
             if self.input.is_empty() {
                 // An idle keep-alive connection holds no buffer (thousands of them wait
-                // for every one that is busy): it goes back to the loop's spares, whole
-                // again once the head split from it is dropped.
-                drop(raw);
+                // for every one that is busy): it goes back to the loop's spares (whole
+                // again: any head split from it was dropped with its exchange).
                 spare::give(std::mem::take(&mut self.input));
             }
         }
@@ -396,7 +410,7 @@ impl<S: Service> Connection<S> {
     }
 
     /// Answers one request; `raw` holds its head's bytes.
-    async fn exchange(&mut self, mut head: RequestHead, raw: &Bytes) -> After {
+    async fn exchange(&mut self, mut head: RequestHead, raw: &[u8]) -> After {
         let started = self.last_read;
         self.head_written = None;
         let keep_alive = head.keep_alive && !self.stopping();
