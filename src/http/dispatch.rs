@@ -50,7 +50,10 @@ pub(crate) async fn dispatch(app: &App, role: ListenerRole, request: &Request<'_
         if role.hides(Route::Track) {
             return plain(Route::Other, no_route());
         }
-        return Box::pin(track_route(app, id, request)).await;
+        // Not boxed: the exchange that awaits this is boxed already, so a second box only
+        // cost an allocation and a copy of the route's kilobyte and a half (callgrind:
+        // 340 instructions a request).
+        return track_route(app, id, request).await;
     }
     let route = Route::of_path(request.path);
     if role.hides(route) {
