@@ -156,10 +156,14 @@ impl Cursor<'_> {
         self.at = end;
     }
 
-    /// An IPv4 octet, from a table of the 256 texts: no division.
+    /// An IPv4 octet, from a table of the 256 texts: no division. All three of the
+    /// table's digit bytes are stored (a fixed-size store, where a copy of one to three
+    /// bytes is a call to `memcpy`), and `at` moves past the digits only: a short octet's
+    /// padding is overwritten by what follows or left past the line's end.
     fn octet(&mut self, n: u8) {
         let [len, digits @ ..] = OCTETS[usize::from(n)];
-        self.put(&digits[..usize::from(len)]);
+        self.buf[self.at..self.at + digits.len()].write_copy_of_slice(&digits);
+        self.at += usize::from(len);
     }
 
     /// A status code: three digits (RFC 9110 §15), anything else as a plain number.

@@ -103,8 +103,9 @@ impl<'a> Request<'a> {
         read_at: Instant,
         fields: &'a [u8],
     ) -> Request<'a> {
-        let (path, query) = match origin.split_once('?') {
-            Some((path, query)) => (path, Some(query)),
+        // `?` is ASCII, so both sides of it are UTF-8 and the slicing cannot panic.
+        let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
+            Some(at) => (&origin[..at], Some(&origin[at + 1..])),
             None => (origin, None),
         };
         Request {
