@@ -216,9 +216,13 @@ impl<S: Service> Connection<S> {
                 None => {
                     let input = std::mem::take(&mut self.input);
                     let len = head.len;
-                    // Boxed (as is `refuse`): an exchange's future is a kilobyte and more,
-                    // held only while it runs instead of by every waiting connection.
-                    let after = Box::pin(self.exchange(head, &input[..len])).await;
+                    // Not boxed (`refuse` and the body path are): a box per request, its
+                    // allocation and the kilobyte-and-more copy of the future into it, cost
+                    // 2-3 % of the CPU per request (paired rounds, 4 KiB and 1,000 files).
+                    // Held inline, the future makes a waiting connection 0.9 KiB larger
+                    // (3.5 -> 4.5 KiB of RSS each, 5,000 idle connections): a trade for a
+                    // server whose connections are mostly streaming, not waiting.
+                    let after = self.exchange(head, &input[..len]).await;
                     self.input = input;
                     self.input.advance(len);
                     after
