@@ -2,9 +2,9 @@
 //! (errors included, so a player can read why), `Content-Range` and the validators exposed
 //! for seeking with `fetch` or Media Source, and preflights for `Range` requests.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 
-use crate::http::service::{Answer, Payload};
+use crate::http::service::{Answer, Headers, Payload};
 
 /// Headers a player's script may read off a track answer.
 const EXPOSE: &str = "Content-Range, Content-Length, Accept-Ranges, ETag";
@@ -43,7 +43,7 @@ impl Cors {
     }
 
     /// Adds the CORS headers of a track answer to a request from `origin`.
-    pub(crate) fn decorate(&self, origin: Option<&str>, headers: &mut HeaderMap) {
+    pub(crate) fn decorate(&self, origin: Option<&str>, headers: &mut Headers) {
         if !self.on() {
             return;
         }
@@ -110,7 +110,7 @@ mod tests {
     #[test]
     fn listed_origins_are_echoed_with_vary_and_others_get_nothing() {
         let cors = Cors::new(&["https://player.example".into()], 600);
-        let mut headers = HeaderMap::new();
+        let mut headers = Headers::default();
         cors.decorate(Some("https://player.example"), &mut headers);
         assert_eq!(
             headers[header::ACCESS_CONTROL_ALLOW_ORIGIN],
@@ -123,7 +123,7 @@ mod tests {
                 .expect("ascii")
                 .contains("Content-Range")
         );
-        let mut other = HeaderMap::new();
+        let mut other = Headers::default();
         cors.decorate(Some("https://evil.example"), &mut other);
         assert!(other.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none());
         assert_eq!(other[header::VARY], "Origin");
@@ -131,11 +131,11 @@ mod tests {
 
     #[test]
     fn a_star_allows_everyone_and_off_adds_nothing() {
-        let mut headers = HeaderMap::new();
+        let mut headers = Headers::default();
         Cors::new(&["*".into()], 600).decorate(Some("https://a.example"), &mut headers);
         assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "*");
         assert!(headers.get(header::VARY).is_none());
-        let mut none = HeaderMap::new();
+        let mut none = Headers::default();
         Cors::new(&[], 600).decorate(Some("https://a.example"), &mut none);
         assert!(none.is_empty());
     }

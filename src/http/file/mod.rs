@@ -37,7 +37,7 @@ use self::facts::FileFacts;
 use self::range::{RangeDecision, decide};
 use self::request::FileRequest;
 use super::error::ApiError;
-use super::service::{Answer, Pacing, Payload, Segment};
+use super::service::{Answer, FileBody, Headers, Pacing, Payload, Segment};
 use crate::config::ServeMode;
 use crate::http::service::Identity;
 use crate::http::service::header_lines::put_headers;
@@ -345,7 +345,7 @@ fn respond(
         }
     };
     let mut answer = Answer::new(status, facts.lines(request.download).body.clone(), payload);
-    answer.headers = headers;
+    answer.headers = Headers::from(headers);
     Ok(answer)
 }
 
@@ -384,11 +384,11 @@ fn inline_or_stream(
     inline: bool,
 ) -> std::io::Result<Payload> {
     if length > INLINE_READ_MAX || !inline {
-        return Ok(Payload::File {
+        return Ok(Payload::File(Box::new(FileBody {
             file,
             segments,
             opened,
-        });
+        })));
     }
     let mut out = BytesMut::with_capacity(length as usize);
     for segment in segments {
@@ -482,17 +482,17 @@ mod tests {
                 headers.append(name, value);
             }
         }
-        headers.extend(answer.headers);
+        headers.extend(answer.headers.into_map());
         let body = match answer.payload {
             Payload::Empty => Bytes::new(),
             Payload::Bytes(bytes) => bytes,
-            Payload::File { file, segments, .. } => {
+            Payload::File(body) => {
                 let mut out = BytesMut::new();
-                for segment in segments {
+                for segment in body.segments {
                     match segment {
                         Segment::Bytes(bytes) => out.put(bytes),
                         Segment::File { offset, len } => {
-                            out.put(read_chunk(&file, offset, len as usize).expect("read"))
+                            out.put(read_chunk(&body.file, offset, len as usize).expect("read"))
                         }
                     }
                 }

@@ -41,7 +41,7 @@ pub(crate) fn headers(
         // nginx paces what it sends (limit_rate_after is nginx's own setting there).
         headers.insert(
             "x-accel-limit-rate",
-            HeaderValue::from(pacing.rate_bytes_per_sec),
+            HeaderValue::from(pacing.rate_bytes_per_sec.get()),
         );
     }
     match settings.mode {

@@ -24,7 +24,7 @@ use super::conn::Connection;
 use super::framing::{self, Framing, ResponseHead};
 use super::spare;
 use super::zerocopy;
-use crate::http::service::{Answer, Identity, Payload, RequestId, Segment, Service};
+use crate::http::service::{Answer, FileBody, Identity, Payload, RequestId, Segment, Service};
 
 /// Answers (heads and small bodies) are collected up to this size before a write.
 const OUTPUT_COALESCE: usize = 64 * 1024;
@@ -107,11 +107,14 @@ impl<S: Service> Connection<S> {
         let sent = match payload {
             Payload::Empty => Ok(0),
             Payload::Bytes(bytes) => self.send_bytes(bytes).await,
-            Payload::File {
-                file,
-                segments,
-                opened,
-            } => Box::pin(self.send_file(&file, segments, opened)).await,
+            Payload::File(body) => {
+                let FileBody {
+                    file,
+                    segments,
+                    opened,
+                } = *body;
+                Box::pin(self.send_file(&file, segments, opened)).await
+            }
             Payload::Body(body) => {
                 // Its frames may not be ready: the clock is read again at the end.
                 self.current = None;
@@ -178,7 +181,7 @@ impl<S: Service> Connection<S> {
         let Some(pacing) = self.pacing else {
             return left;
         };
-        let (rate, after) = (pacing.rate_bytes_per_sec, pacing.after_bytes);
+        let (rate, after) = (pacing.rate_bytes_per_sec.get(), pacing.after_bytes);
         if sent < after {
             return left.min(after - sent);
         }

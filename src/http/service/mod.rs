@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use axum::http::{Method, StatusCode, Version};
 
-pub use answer::{Answer, Pacing, Payload, Segment};
+pub use answer::{Answer, FileBody, Headers, Pacing, Payload, Segment};
 pub use identity::Identity;
 pub(crate) use request_id::RequestId;
 
