@@ -529,7 +529,7 @@ mod tests {
                 _ => format!("-{b}"),
             }).collect::<Vec<_>>().join(", "));
             let facts = FileFacts::new(std::path::Path::new("/m/x.mp3"), size as u64, std::time::UNIX_EPOCH, &HeaderValue::from_static("public"));
-            let request = FileRequest { range: Some(header.clone()), ..FileRequest::default() };
+            let request = FileRequest { range: Some(header.as_str().into()), ..FileRequest::default() };
             let answer = respond(&settings(), "id", &facts, Source::Memory(file.clone()), &request)
                 .expect("an answer");
             let (status, headers, body) = flatten(answer);

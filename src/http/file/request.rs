@@ -4,22 +4,24 @@
 use super::conditional::Preconditions;
 use crate::http::service::Request;
 
-/// What the file server needs from the request.
+/// What the file server needs from the request. The header values are boxed `str`s, not
+/// `String`s: it moves by value from the route to the file answer, and within 128 bytes
+/// (120) each move is a few vector moves, not a call to `memcpy` (at 168 it was).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct FileRequest {
     /// HEAD: the answer GET would give, whose body is not sent (and not read).
     pub(crate) head: bool,
-    pub(crate) range: Option<String>,
+    pub(crate) range: Option<Box<str>>,
     /// `If-Match`.
-    pub(crate) if_match: Option<String>,
+    pub(crate) if_match: Option<Box<str>>,
     /// `If-None-Match`.
-    pub(crate) if_none_match: Option<String>,
+    pub(crate) if_none_match: Option<Box<str>>,
     /// `If-Modified-Since`.
-    pub(crate) if_modified_since: Option<String>,
+    pub(crate) if_modified_since: Option<Box<str>>,
     /// `If-Unmodified-Since`.
-    pub(crate) if_unmodified_since: Option<String>,
+    pub(crate) if_unmodified_since: Option<Box<str>>,
     /// `If-Range`.
-    pub(crate) if_range: Option<String>,
+    pub(crate) if_range: Option<Box<str>>,
     /// `?download`: `Content-Disposition: attachment` instead of `inline`.
     pub(crate) download: bool,
     /// `X-Musicd-Authorize: 1`, sent by a shared cache in front (`deploy/varnish.vcl`)
@@ -77,7 +79,7 @@ impl FileRequest {
                 .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
             && slot.is_none()
         {
-            *slot = Some(text.to_string());
+            *slot = Some(text.into());
         }
         true
     }
@@ -102,6 +104,17 @@ mod tests {
     use axum::http::{Method, Version};
 
     use super::*;
+
+    /// It moves by value from the route to the file answer: past 128 bytes each move is a
+    /// call to `memcpy`.
+    #[test]
+    fn a_file_request_stays_small_enough_to_move_inline() {
+        assert!(
+            size_of::<FileRequest>() <= 128,
+            "{} bytes",
+            size_of::<FileRequest>()
+        );
+    }
 
     #[test]
     fn a_track_request_keeps_the_first_plain_value_of_each_header_the_file_server_reads() {
