@@ -146,7 +146,7 @@ impl RequestHead {
         // One UTF-8 check: the origin form lies within the target.
         let target = head
             .get(start as usize..end as usize)
-            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .and_then(utf8)
             .unwrap_or_default();
         let origin = self.origin.map_or("/", |(from, to)| {
             let within = from.saturating_sub(start) as usize..to.saturating_sub(start) as usize;
@@ -165,8 +165,24 @@ impl RequestHead {
     }
 }
 
+/// `bytes` as text. Targets are ASCII (RFC 3986): one word-at-a-time check instead of the
+/// general UTF-8 decoder, which cost a hundred instructions on a 40-byte target
+/// (callgrind); anything else still goes through it.
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok()
+    }
+}
+
 /// Reads a request head from the start of `buf`. `Ok(None)`: not complete yet.
 pub fn parse_head(buf: &[u8], limits: HeadLimits) -> Result<Option<RequestHead>, HeadError> {
+    // Between requests the buffer is empty: nothing to hand the parser.
+    if buf.is_empty() {
+        return Ok(None);
+    }
     // Uninitialised: zeroing a hundred header slots on every parse showed in profiles.
     let mut slots =
         [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
@@ -487,9 +503,15 @@ fn valid_host(value: &[u8]) -> bool {
             _ => return false,
         }
     } else {
-        match value.iter().position(|b| *b == b':') {
-            Some(colon) => (&value[..colon], &value[colon + 1..]),
-            None => (value, &b""[..]),
+        // One pass: reg-name bytes up to the first ':' (not one of them), then the port.
+        let name_len = value
+            .iter()
+            .position(|b| !REG_NAME[usize::from(*b)])
+            .unwrap_or(value.len());
+        match &value[name_len..] {
+            [] => return true,
+            [b':', port @ ..] => (&b""[..], port),
+            _ => return false,
         }
     };
     let reg_name = host.iter().all(|b| REG_NAME[usize::from(*b)]);
@@ -630,6 +652,7 @@ X-Request-Id: req-1\r\n\r\nGET /next";
             "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: a:80x\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a:1:2\r\n\r\n",
             "GET / HTTP/1.1\r\nHost: [zz]\r\n\r\n",
         ] {
             assert_eq!(parse(bad).err(), Some(HeadError::Host), "{bad}");
