@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use axum::http::Version;
 
 use self::format::Entry;
-use super::client_ip::{Forwarded, TrustedProxies};
+use super::client_ip::TrustedProxies;
 use super::metrics::Metrics;
 use super::routes::Route;
 use super::service::{Exchange, Received};
@@ -482,9 +482,9 @@ pub(crate) struct Finished<'a> {
     pub(crate) line: Option<Entry<'a>>,
 }
 
-/// The line of `exchange`. Its fields are read from the request head itself, after the
-/// exchange: `User-Agent`, `Referer`, `Range`, and the forwarding headers that name the
-/// client when the peer is a trusted proxy.
+/// The line of `exchange`. Its header fields (`User-Agent`, `Referer`, `Range`) were noted
+/// as the head was parsed; the head is read again only when it has forwarding headers,
+/// which name the client when the peer is a trusted proxy.
 pub(crate) fn entry<'a>(
     exchange: &'a Exchange<'a>,
     cache: CacheOutcome,
@@ -522,24 +522,15 @@ pub(crate) fn entry<'a>(
     line.method = request.method.as_str();
     line.target = request.target.as_bytes();
     line.version = request.version;
-    let mut forwarded = Forwarded::default();
-    // The first line of each, as nginx's `$http_user_agent` is (even when it is empty).
-    let (mut user_agent, mut referer, mut range) = (None, None, None);
-    for (name, value) in request.headers() {
-        if name.eq_ignore_ascii_case(b"user-agent") {
-            user_agent.get_or_insert(value);
-        } else if name.eq_ignore_ascii_case(b"referer") {
-            referer.get_or_insert(value);
-        } else if name.eq_ignore_ascii_case(b"range") {
-            range.get_or_insert(value);
-        } else {
-            forwarded.note(name, value);
-        }
-    }
-    line.user_agent = user_agent.unwrap_or_default();
-    line.referer = referer.unwrap_or_default();
-    line.range = range.unwrap_or_default();
-    line.client = forwarded.client(request.peer, proxies);
+    let noted = &request.noted;
+    line.user_agent = noted.user_agent.unwrap_or_default();
+    line.referer = noted.referer.unwrap_or_default();
+    line.range = noted.range.unwrap_or_default();
+    line.client = if noted.forwarded {
+        proxies.client_of(request)
+    } else {
+        request.peer
+    };
     line
 }
 

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use axum::http::{Method, StatusCode, Version};
 
-use crate::http::service::Request;
+use crate::http::service::{Noted, Request};
 
 /// Most header lines a request may have.
 pub(crate) const MAX_HEADERS: usize = 100;
@@ -132,12 +132,23 @@ pub struct RequestHead {
     /// Where the header fields begin: past the request line, so a reader of the fields
     /// does not look for its end again.
     fields: u32,
+    /// Where the values the access log shows are.
+    noted: NotedSpans,
     /// Bytes of the buffer the head took.
     pub len: usize,
 }
 
 /// A range of the head's bytes.
 type Span = (u32, u32);
+
+/// [`Noted`] as spans of the head's bytes.
+#[derive(Debug, Default)]
+struct NotedSpans {
+    user_agent: Option<Span>,
+    referer: Option<Span>,
+    range: Option<Span>,
+    forwarded: bool,
+}
 
 impl RequestHead {
     /// The request as the service sees it; `head` holds the bytes this was parsed from.
@@ -153,7 +164,10 @@ impl RequestHead {
             target.get(within).unwrap_or_default()
         });
         let fields = head.get(self.fields as usize..).unwrap_or_default();
-        Request::parsed(
+        let value = |span: Option<Span>| {
+            span.map(|(from, to)| head.get(from as usize..to as usize).unwrap_or_default())
+        };
+        let mut request = Request::parsed(
             &self.method,
             self.version,
             target,
@@ -161,7 +175,14 @@ impl RequestHead {
             peer,
             read_at,
             fields,
-        )
+        );
+        request.noted = Noted {
+            user_agent: value(self.noted.user_agent),
+            referer: value(self.noted.referer),
+            range: value(self.noted.range),
+            forwarded: self.noted.forwarded,
+        };
+        request
     }
 }
 
@@ -251,9 +272,16 @@ pub fn parse_head(buf: &[u8], limits: HeadLimits) -> Result<Option<RequestHead>,
         _ => !fields.close,
     };
 
-    let span = |part: &str| -> Span {
+    let span_of = |part: &[u8]| -> Span {
         let start = (part.as_ptr() as usize).saturating_sub(buf.as_ptr() as usize);
         (start as u32, (start + part.len()) as u32)
+    };
+    let span = |part: &str| span_of(part.as_bytes());
+    let noted = NotedSpans {
+        user_agent: fields.noted.user_agent.map(span_of),
+        referer: fields.noted.referer.map(span_of),
+        range: fields.noted.range.map(span_of),
+        forwarded: fields.noted.forwarded,
     };
     let origin = if method == Method::CONNECT {
         // Answered 501 whatever its (authority-form) target says.
@@ -273,21 +301,24 @@ pub fn parse_head(buf: &[u8], limits: HeadLimits) -> Result<Option<RequestHead>,
         fields: headers
             .first()
             .map_or(len as u32, |first| span(first.name).0),
+        noted,
         len,
     }))
 }
 
-/// The header fields that decide framing, persistence and validity.
-struct Fields {
+/// The header fields that decide framing, persistence and validity, and those the access
+/// log shows.
+struct Fields<'h> {
     close: bool,
     keep: bool,
     body: BodyFraming,
     expect_continue: bool,
     request_id: Option<String>,
+    noted: Noted<'h>,
 }
 
-impl Fields {
-    fn read(headers: &[httparse::Header<'_>], version: Version) -> Result<Fields, HeadError> {
+impl<'h> Fields<'h> {
+    fn read(headers: &[httparse::Header<'h>], version: Version) -> Result<Fields<'h>, HeadError> {
         let mut close = false;
         let mut keep = false;
         let mut content_length: Option<u64> = None;
@@ -295,6 +326,7 @@ impl Fields {
         let mut expect_continue = false;
         let mut hosts = 0usize;
         let mut request_id = None;
+        let mut noted = Noted::default();
         for header in headers {
             let name = header.name;
             let value = header.value;
@@ -332,6 +364,8 @@ impl Fields {
                 }
             } else if name.eq_ignore_ascii_case("x-request-id") {
                 request_id = plain_request_id(value);
+            } else {
+                noted.note(name.as_bytes(), value.trim_ascii());
             }
         }
         if hosts > 1 || (hosts == 0 && version == Version::HTTP_11) {
@@ -358,6 +392,7 @@ impl Fields {
                 && version == Version::HTTP_11
                 && body != BodyFraming::None,
             request_id,
+            noted,
         })
     }
 }
@@ -598,6 +633,47 @@ X-Request-Id: req-1\r\n\r\nGET /next";
         assert_eq!(request.target, "/t/abc?x=1");
         assert_eq!(request.header("range"), Some(&b"bytes=0-1"[..]));
         assert!(request.headers().all(|(name, _)| name != b"GET"));
+    }
+
+    #[test]
+    fn the_values_an_access_log_shows_are_noted_as_the_head_is_parsed() {
+        let peer = IpAddr::from([127, 0, 0, 1]);
+        let noted = |text: &str, expected: Noted<'_>| {
+            let head = complete(text);
+            let request = head.request(text.as_bytes(), peer, Instant::now());
+            // What a reader of the head's lines finds, after the fact.
+            let reread = Request::new(
+                request.method,
+                request.version,
+                request.target,
+                request.path,
+                peer,
+                request.read_at,
+                text.as_bytes(),
+            );
+            assert_eq!(request.noted, reread.noted, "{text}");
+            assert_eq!(request.noted, expected, "{text}");
+        };
+        // The first line of each name counts, even empty; values are trimmed.
+        noted(
+            "GET / HTTP/1.1\r\nHost: h\r\nUser-Agent:\r\nuser-agent: second\r\n\
+             Referer:  http://r/ \r\nRANGE: bytes=1-\r\nRange: bytes=2-\r\n\r\n",
+            Noted {
+                user_agent: Some(&b""[..]),
+                referer: Some(&b"http://r/"[..]),
+                range: Some(&b"bytes=1-"[..]),
+                forwarded: false,
+            },
+        );
+        noted("GET / HTTP/1.1\r\nHost: h\r\n\r\n", Noted::default());
+        for line in ["X-Forwarded-For: 192.0.2.1", "x-real-ip: 192.0.2.1"] {
+            let text = format!("GET / HTTP/1.1\r\nHost: h\r\n{line}\r\n\r\n");
+            let forwarded = Noted {
+                forwarded: true,
+                ..Noted::default()
+            };
+            noted(&text, forwarded);
+        }
     }
 
     #[test]

@@ -68,6 +68,43 @@ pub struct Request<'a> {
     pub(crate) read_at: Instant,
     /// The head's header fields (past the request line, up to the blank line).
     fields: &'a [u8],
+    /// What an access-log line shows of them, noted as the head was parsed.
+    pub(crate) noted: Noted<'a>,
+}
+
+/// The header values an access-log line shows, noted while the head was parsed so that
+/// writing the line does not read the head's lines again (that second pass was a quarter
+/// of the line's cost, callgrind). Each is the first line of its name, even an empty one,
+/// as nginx's `$http_user_agent` is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Noted<'a> {
+    /// `User-Agent`.
+    pub(crate) user_agent: Option<&'a [u8]>,
+    /// `Referer`.
+    pub(crate) referer: Option<&'a [u8]>,
+    /// `Range`.
+    pub(crate) range: Option<&'a [u8]>,
+    /// Whether an `X-Forwarded-For` or `X-Real-IP` line came: only then can the client be
+    /// anyone but the peer.
+    pub(crate) forwarded: bool,
+}
+
+impl<'a> Noted<'a> {
+    /// Notes one header line; the first of each name counts.
+    pub(crate) fn note(&mut self, name: &[u8], value: &'a [u8]) {
+        let slot = if name.eq_ignore_ascii_case(b"user-agent") {
+            &mut self.user_agent
+        } else if name.eq_ignore_ascii_case(b"referer") {
+            &mut self.referer
+        } else if name.eq_ignore_ascii_case(b"range") {
+            &mut self.range
+        } else {
+            self.forwarded |= name.eq_ignore_ascii_case(b"x-forwarded-for")
+                || name.eq_ignore_ascii_case(b"x-real-ip");
+            return;
+        };
+        slot.get_or_insert(value);
+    }
 }
 
 impl<'a> Request<'a> {
@@ -88,7 +125,11 @@ impl<'a> Request<'a> {
         let rest = start.map_or(&[][..], |at| &head[at..]);
         // Past the request line.
         let fields = memchr::memchr(b'\n', rest).map_or(&[][..], |end| &rest[end + 1..]);
-        Request::parsed(method, version, target, origin, peer, read_at, fields)
+        let mut request = Request::parsed(method, version, target, origin, peer, read_at, fields);
+        for (name, value) in request.headers() {
+            request.noted.note(name, value);
+        }
+        request
     }
 
     /// A request whose header fields are `fields`: the bytes of a parsed and validated
@@ -113,6 +154,7 @@ impl<'a> Request<'a> {
             peer,
             read_at,
             fields,
+            noted: Noted::default(),
         }
     }
 
