@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REL = ROOT / "target" / "release"
+# The build measured: bench/run.sh builds the `dist` profile (what ships) unless told.
+REL = ROOT / "target" / os.environ.get("BENCH_PROFILE", "release")
 SECONDS = int(os.environ.get("BENCH_SECONDS", "5"))
 # Ten rounds: on this shared machine one 5 s round of a cell moves by up to 40 %; the
 # verdicts come from the rounds' paired ratios, and ten give their median a usable interval.

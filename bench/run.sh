@@ -3,6 +3,7 @@
 #   bench/run.sh                 (BENCH_SECONDS=5 BENCH_ROUNDS=5 BENCH_WARMUP_SECONDS=1 by default)
 #   BENCH_CELLS="4 MiB|healthz" bench/run.sh   (only cells whose "name c=conns" contains one)
 #   BENCH_BASELINE_BIN=/path/to/old/musicd bench/run.sh   (also that build, same run)
+#   BENCH_PROFILE=release bench/run.sh   (the suite's build; the default is `dist`, what ships)
 # Writes bench/results/http.md. Loopback only; every wrk run is bounded in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +20,7 @@ if ! command -v h2o >/dev/null || ! command -v lighttpd >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends h2o lighttpd >/dev/null
   if [ "$policy" = created ]; then $sudo rm -f /usr/sbin/policy-rc.d; fi
 fi
-cargo build --release --locked --bins --example seed 2>&1 | tail -n 1
+# What ships (the `dist` profile: LTO); BENCH_PROFILE=release measures the suite's build.
+export BENCH_PROFILE=${BENCH_PROFILE:-dist}
+cargo build --profile "$BENCH_PROFILE" --locked --bins --example seed 2>&1 | tail -n 1
 exec python3 bench/run.py "$@"

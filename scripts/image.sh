@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the OCI image musicd:VERSION (and musicd:latest) with podman, from Debian's
 # packages: no base image is pulled. Stages a root filesystem in target/image/rootfs:
-#   /usr/bin/musicd, /usr/bin/musicctl   the release binaries, stripped
+#   /usr/bin/musicd, /usr/bin/musicctl   the binaries of the `dist` profile, stripped
+#                                        (fat LTO; BUILD_PROFILE=release: the suite's build)
 #   the shared libraries they link       (ldd), from the packages that own them
 #   /etc/ssl/certs/ca-certificates.crt   from ca-certificates
 #   /etc/passwd, /etc/group              root, musicd (uid 10001) and nobody
@@ -15,7 +16,8 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 image="musicd:$version"
 command -v podman >/dev/null || scripts/install-deps.sh >/dev/null
 # Cargo's output on stderr: the last line of stdout is the image, for scripts and tests.
-cargo build --release --locked --bins >&2
+profile=${BUILD_PROFILE:-dist}
+cargo build --profile "$profile" --locked --bins >&2
 
 context=target/image
 rootfs=$context/rootfs
@@ -23,7 +25,7 @@ rm -rf "$context"
 mkdir -p "$rootfs/usr/bin" "$rootfs/etc/ssl/certs" "$rootfs/etc/musicd" \
   "$rootfs/usr/share/doc/musicd"
 for bin in musicd musicctl; do
-  objcopy --strip-all "target/release/$bin" "$rootfs/usr/bin/$bin"
+  objcopy --strip-all "target/$profile/$bin" "$rootfs/usr/bin/$bin"
 done
 
 # The shared libraries as the binaries name them (the dynamic loader included), each
@@ -37,7 +39,7 @@ owner() { # FILE: "package version" of the Debian package that holds it
   pkg=${pkg%%:*}
   echo "$pkg $(dpkg-query -W -f='${Version}' "$pkg")"
 }
-libs=$(ldd target/release/musicd target/release/musicctl | awk '/=> \// {print $3} /^\t\// {print $1}' | sort -u)
+libs=$(ldd "target/$profile/musicd" "target/$profile/musicctl" | awk '/=> \// {print $3} /^\t\// {print $1}' | sort -u)
 # (An assignment, so that a file no package holds stops the build under `set -e`.)
 for lib in $libs; do
   mkdir -p "$rootfs$(dirname "$lib")"

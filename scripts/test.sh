@@ -2,9 +2,10 @@
 # The whole test suite from nothing: installs what is missing, then format, lint and tests.
 # Integration tests start their own private redis-server and mongod on free loopback ports.
 #
-# One build: the tests, the fleet and the soaks run against the release binaries that the
-# Debian package and the image ship (Cargo.toml pins the features the dev-dependencies
-# add, so `cargo test --release` reuses that build instead of compiling a debug tree).
+# One build: the tests, the fleet and the soaks run against the release binaries, the
+# code the Debian package and the image ship (they link it with LTO, the `dist` profile;
+# Cargo.toml pins the features the dev-dependencies add, so `cargo test --release` reuses
+# that build instead of compiling a debug tree).
 # The steps run one after the other but for the two soaks, which each get a fleet of their
 # own, and clippy, which runs niced beside them: the soaks leave about two thirds of the
 # processors idle, and a niced compiler gets only what they leave. Where the time goes:
@@ -23,7 +24,8 @@ export MUSICD_TEST_MONGOD="${MUSICD_TEST_MONGOD:-$PWD/.tools/bin/mongod}"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "the release build and the Debian package (scripts/package.sh; tests/integration/package.rs checks it)"
-scripts/package.sh
+# The release profile: the `dist` one that ships adds LTO, minutes more for every link.
+BUILD_PROFILE=release scripts/package.sh
 step "cargo test --release"
 # The fleet in network namespaces runs alone afterwards: it needs the whole machine.
 cargo test --release --locked --workspace --all-targets -- --skip fleet::
