@@ -73,15 +73,15 @@ impl TrustedProxies {
 /// `X-Forwarded-For` lines (their right end is what trusted proxies wrote) and the first
 /// `X-Real-IP`.
 #[derive(Default)]
-pub(crate) struct Forwarded<'h> {
+struct Forwarded<'h> {
     lines: [&'h [u8]; 4],
     count: usize,
     real_ip: Option<&'h [u8]>,
 }
 
 impl<'h> Forwarded<'h> {
-    /// Notes a header; false when it is not a forwarding one.
-    pub(crate) fn note(&mut self, name: &[u8], value: &'h [u8]) -> bool {
+    /// Notes a header (any other than a forwarding one is ignored).
+    fn note(&mut self, name: &[u8], value: &'h [u8]) {
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             if self.count == self.lines.len() {
                 self.lines.rotate_left(1);
@@ -89,17 +89,13 @@ impl<'h> Forwarded<'h> {
             }
             self.lines[self.count] = value;
             self.count += 1;
-            true
         } else if name.eq_ignore_ascii_case(b"x-real-ip") {
             self.real_ip.get_or_insert(value);
-            true
-        } else {
-            false
         }
     }
 
     /// The client of a request from `peer` with these headers.
-    pub(crate) fn client(&self, peer: IpAddr, proxies: &TrustedProxies) -> IpAddr {
+    fn client(&self, peer: IpAddr, proxies: &TrustedProxies) -> IpAddr {
         proxies.client(
             peer,
             &self.lines[..self.count],
