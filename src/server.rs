@@ -123,6 +123,11 @@ impl Server {
             Arc::clone(&app.state.evictions),
             stopped(stop_rx.clone()),
         ));
+        // Hot ids are read from Redis again before their in-process entries run out.
+        let refresh = tokio::spawn(crate::catalog::refresh::run(
+            Arc::clone(&app.state.resolver),
+            stopped(stop_rx.clone()),
+        ));
         // The change-stream follower (or standby) runs on this loop beside the accept loop.
         let follower = if config.mongodb.watch == crate::config::WatchMode::Off {
             None
@@ -181,6 +186,7 @@ impl Server {
             tracing::warn!("the ops listener panicked");
         }
         let _ = evictions.await;
+        let _ = refresh.await;
         if let Some(follower) = follower {
             // It gives its lease up (one Redis round trip) so a standby takes over at once.
             let bound = config.redis.batch_timeout() + Duration::from_millis(100);

@@ -78,6 +78,21 @@ pub(crate) enum Cached {
     Unknown,
 }
 
+impl Cached {
+    fn from_value(value: Option<Vec<u8>>) -> Cached {
+        match value {
+            None => Cached::Unknown,
+            Some(bytes) if bytes.is_empty() => Cached::Absent,
+            // A value that is not UTF-8 cannot be a path MongoDB gave us: treat it as a miss
+            // so the next lookup rewrites it.
+            Some(bytes) => match String::from_utf8(bytes) {
+                Ok(path) => Cached::Path(path),
+                Err(_) => Cached::Unknown,
+            },
+        }
+    }
+}
+
 /// The id -> path cache in Redis; cheap to clone (the link is shared).
 #[derive(Clone)]
 pub struct TrackCache {
@@ -117,16 +132,22 @@ impl TrackCache {
             .link
             .run(|mut conn| async move { redis::cmd("GET").arg(&key).query_async(&mut conn).await })
             .await?;
-        Ok(match value {
-            None => Cached::Unknown,
-            Some(bytes) if bytes.is_empty() => Cached::Absent,
-            // A value that is not UTF-8 cannot be a path MongoDB gave us: treat it as a miss
-            // so the next lookup rewrites it.
-            Some(bytes) => match String::from_utf8(bytes) {
-                Ok(path) => Cached::Path(path),
-                Err(_) => Cached::Unknown,
-            },
-        })
+        Ok(Cached::from_value(value))
+    }
+
+    /// Looks many ids up in one round trip ([`TrackCache::run_batch`]); their answers in
+    /// order.
+    pub(crate) async fn get_many(&self, ids: &[ObjectId]) -> Result<Vec<Cached>, CacheError> {
+        let commands = ids
+            .iter()
+            .map(|id| {
+                let mut get = redis::cmd("GET");
+                get.arg(self.key(id));
+                get
+            })
+            .collect();
+        let values: Vec<Option<Vec<u8>>> = self.run_batch(commands).await?;
+        Ok(values.into_iter().map(Cached::from_value).collect())
     }
 
     /// The key prefix.

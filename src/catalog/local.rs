@@ -199,11 +199,20 @@ impl LocalCache {
             && now.saturating_duration_since(stamp.stored) < self.live_ttl()
     }
 
+    /// Whether a copy stamped `stamp` is in the last quarter of the TTL that applies at
+    /// `now`: time to read its id again ([`super::refresh`]) while the copy still answers.
+    /// Later would leave a slow Redis too little time; earlier would read each hot id more
+    /// often than once a TTL.
+    pub(crate) fn refresh_due(&self, stamp: Stamp, now: Instant) -> bool {
+        let ttl = self.live_ttl();
+        now.saturating_duration_since(stamp.stored) >= ttl - ttl / 4
+    }
+
     /// Remembers `value` for `id` for the TTL, unless an eviction reached its shard since
-    /// `epoch` ([`LocalCache::epoch`], taken before the lookup).
-    pub(crate) fn put(&self, id: ObjectId, value: Local, epoch: u64) {
+    /// `epoch` ([`LocalCache::epoch`], taken before the lookup). Whether it was kept.
+    pub(crate) fn put(&self, id: ObjectId, value: Local, epoch: u64) -> bool {
         if !self.enabled() {
-            return;
+            return false;
         }
         let now = Instant::now();
         let index = Self::shard_index(&id);
@@ -211,7 +220,7 @@ impl LocalCache {
             .write()
             .unwrap_or_else(|p| p.into_inner());
         if self.epochs[index].load(Ordering::Acquire) != epoch {
-            return;
+            return false;
         }
         if self.entries.load(Ordering::Relaxed) >= self.max_entries {
             // Full: drop this shard's expired entries; if still full, skip caching this one
@@ -223,13 +232,14 @@ impl LocalCache {
                 .fetch_sub(before - shard.len(), Ordering::Relaxed);
             if self.entries.load(Ordering::Relaxed) >= self.max_entries && !shard.contains_key(&id)
             {
-                return;
+                return false;
             }
         }
         let previous = shard.insert(id, Entry { value, stored: now });
         if previous.is_none() {
             self.entries.fetch_add(1, Ordering::Relaxed);
         }
+        true
     }
 
     /// Entries held (live or not yet swept).

@@ -12,6 +12,7 @@ pub(crate) mod evictions;
 pub(crate) mod local;
 pub(crate) mod mongo;
 pub mod rebuild;
+pub(crate) mod refresh;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +101,7 @@ pub(crate) struct Resolver {
     store: TrackStore,
     inflight: Inflight,
     generation: AtomicU64,
+    refresh: refresh::Refresh,
 }
 
 impl Resolver {
@@ -111,6 +113,7 @@ impl Resolver {
             store,
             inflight: Arc::new(Mutex::new(HashMap::new())),
             generation: AtomicU64::new(0),
+            refresh: refresh::Refresh::default(),
         }
     }
 
@@ -155,6 +158,17 @@ impl Resolver {
     /// The in-process cache, for pushed evictions.
     pub(crate) fn local(&self) -> &LocalCache {
         &self.local
+    }
+
+    /// Asks for `id`'s in-process entry to be read from Redis again before it runs out
+    /// ([`refresh`]).
+    pub(crate) fn refresh_ahead(&self, id: ObjectId) {
+        self.refresh.ask(id);
+    }
+
+    /// In-process entries renewed ahead of their end so far.
+    pub(crate) fn refreshed(&self) -> u64 {
+        self.refresh.renewed()
     }
 
     /// Forgets what this process knows of `ids` (a change the follower published): their

@@ -13,7 +13,11 @@
 //! * **The id.** Used only while the id cache entry it copied is still the entry: no
 //!   eviction reached its shard since, and its TTL (as it applies now) is not over
 //!   ([`LocalCache::still`]). An eviction pushed by the follower is obeyed as at once as
-//!   by the shared cache.
+//!   by the shared cache. In the last quarter of its TTL a copy asks for its id to be read
+//!   from Redis again off the request path ([`crate::catalog::refresh`]); when its entry
+//!   then runs out and the renewed entry names the same path, the copy takes the new
+//!   entry's stamp and keeps its bytes, so a hot id is neither waited on nor copied again
+//!   each TTL.
 //! * **The file.** Used only while the file cache still holds the entry it copied (an
 //!   entry replaced or evicted is retired), and proven current for the request exactly as
 //!   every answer from the file cache is ([`FileCache::is_current`]: the `stat` or the
@@ -29,7 +33,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -66,6 +70,9 @@ struct HotTrack {
     facts: FileFacts,
     /// Hits, for [`TOUCH_EVERY`]. Only this loop's thread writes it.
     hits: AtomicU32,
+    /// Whether this copy asked for its id to be read again ([`crate::catalog::refresh`]).
+    /// Only this loop's thread writes it.
+    asked: AtomicBool,
 }
 
 /// This loop's copies. `cache` (the file cache's instance) keeps the servers of one
@@ -92,9 +99,25 @@ pub(crate) async fn answer(
     let key = (cache.instance(), *oid);
     let hot = HOT.with_borrow(|hot| hot.tracks.get(&key).cloned())?;
     let read_at = request.read_at.unwrap_or_else(Instant::now);
-    if !state.resolver.local().still(oid, hot.stamp, read_at) || hot.file.is_retired() {
+    let local = state.resolver.local();
+    let hot = if local.still(oid, hot.stamp, read_at) {
+        hot
+    } else {
+        match renewed(state, key, &hot, read_at) {
+            Some(renewed) => renewed,
+            None => {
+                forget(key);
+                return None;
+            }
+        }
+    };
+    if hot.file.is_retired() {
         forget(key);
         return None;
+    }
+    if !hot.asked.load(Ordering::Relaxed) && local.refresh_due(hot.stamp, read_at) {
+        hot.asked.store(true, Ordering::Relaxed);
+        state.resolver.refresh_ahead(*oid);
     }
     let answer = file::from_copy(&state.files, id, &hot.facts, hot.bytes.clone(), request);
     if cache.worth_waiting(&hot.file, read_at) {
@@ -148,8 +171,38 @@ pub(crate) fn keep(state: &AppState, oid: ObjectId, path: &str, read_at: Instant
         facts: file.facts.copied(),
         file: Arc::clone(&file),
         hits: AtomicU32::new(0),
+        asked: AtomicBool::new(false),
     };
     HOT.with_borrow_mut(|hot_tracks| hot_tracks.insert(key, hot));
+}
+
+/// The copy `hot` under the id cache's current entry, if that entry (renewed since the
+/// copy was made, [`crate::catalog::refresh`]) still names the copy's path: the bytes are
+/// kept, not copied again.
+fn renewed(
+    state: &AppState,
+    key: (u64, ObjectId),
+    hot: &HotTrack,
+    read_at: Instant,
+) -> Option<Arc<HotTrack>> {
+    let Some((Local::Path(current), stamp)) = state.resolver.local().get_stamped(&key.1, read_at)
+    else {
+        return None;
+    };
+    if *current != *hot.path {
+        return None;
+    }
+    let renewed = Arc::new(HotTrack {
+        path: hot.path.clone(),
+        stamp,
+        file: Arc::clone(&hot.file),
+        bytes: hot.bytes.clone(),
+        facts: hot.facts.clone(),
+        hits: AtomicU32::new(hot.hits.load(Ordering::Relaxed)),
+        asked: AtomicBool::new(false),
+    });
+    HOT.with_borrow_mut(|hot_tracks| hot_tracks.renew(key, Arc::clone(&renewed)));
+    Some(renewed)
 }
 
 fn forget(key: (u64, ObjectId)) {
@@ -167,6 +220,13 @@ impl HotTracks {
         }
         self.bytes += track.bytes.len();
         self.tracks.insert(key, Arc::new(track));
+    }
+
+    /// Puts `track` in place of the copy of the same bytes it renews.
+    fn renew(&mut self, key: (u64, ObjectId), track: Arc<HotTrack>) {
+        if let Some(old) = self.tracks.get_mut(&key) {
+            *old = track;
+        }
     }
 
     fn remove(&mut self, key: &(u64, ObjectId)) {
@@ -323,6 +383,7 @@ mod tests {
             bytes: Bytes::from(vec![0u8; len]),
             facts: file.facts.copied(),
             hits: AtomicU32::new(0),
+            asked: AtomicBool::new(false),
         };
         let mut hot = HotTracks::default();
         for n in 0..(MOST_BYTES / MOST_FILE_BYTES + 10) {

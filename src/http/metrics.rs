@@ -655,6 +655,17 @@ pub(crate) fn render_mongodb_waiting(out: &mut String, waiting: usize) {
     );
 }
 
+/// In-process id entries renewed from Redis before they ran out.
+pub(crate) fn render_refreshed(out: &mut String, refreshed: u64) {
+    single(
+        out,
+        "musicd_id_refreshes_total",
+        "counter",
+        "In-process id entries read from Redis again before they ran out (hot ids, in batches, off the request path).",
+        refreshed,
+    );
+}
+
 /// The access log's series: lines written, and lines lost to a sink that failed or did
 /// not keep up.
 pub(crate) fn render_access_log(out: &mut String, written: u64, dropped: u64) {

@@ -157,6 +157,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     super::metrics::render_evictions(&mut text, &state.evictions);
     super::metrics::render_revoked(&mut text, state.access.signing.revoked.sessions());
     super::metrics::render_mongodb_waiting(&mut text, state.resolver.store().waiting());
+    super::metrics::render_refreshed(&mut text, state.resolver.refreshed());
     if let Some(log) = &state.access_log {
         let (written, dropped) = log.lines();
         super::metrics::render_access_log(&mut text, written, dropped);

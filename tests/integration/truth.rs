@@ -500,6 +500,50 @@ async fn changes_reach_every_musicd_by_pushed_eviction_on_a_redis_cluster() {
     changes_reach_every_musicd_by_eviction(&env).await;
 }
 
+/// A hot id is read from Redis again before its in-process entry runs out, off the
+/// request path, and that renewal does not stretch how long a change can go unseen: a move
+/// written to Redis alone (its eviction lost) is served once the TTL has run, though the
+/// id is requested all along and answered from a loop's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_ids_are_read_again_ahead_and_a_lost_eviction_still_ends_with_the_ttl() {
+    let env = TestEnv::with(
+        &shared_redis().redis_url(),
+        &crate::harness::shared_mongo().mongo_uri(),
+        &["cache.id_ttl_ms=400"],
+    )
+    .await;
+    let (id, _) = env.track("a.mp3", b"before").await;
+    let server = env.musicd().await;
+    let url = server.track_url(&id);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&metrics(&server).await, "musicd_id_refreshes_total").unwrap_or(0.0) < 3.0 {
+        assert!(Instant::now() < deadline, "a hot id was never read ahead");
+        assert_eq!(get_body(&url).await.1.as_ref(), b"before");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The follower's write without its eviction: only the TTL can bring it.
+    let moved = env.write_file("b.mp3", b"after");
+    let mut redis = env
+        .redis
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let () = redis::cmd("SET")
+        .arg(env.key(&id))
+        .arg(moved.display().to_string())
+        .query_async(&mut redis)
+        .await
+        .expect("redis SET");
+    served(
+        &url,
+        StatusCode::OK,
+        Some(b"after"),
+        Duration::from_secs(10),
+    )
+    .await;
+    server.shutdown().await;
+}
+
 /// While evictions cannot arrive (Redis is down), a long in-process TTL falls back to a
 /// second; when they are heard again, the in-process cache starts empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
