@@ -280,8 +280,12 @@ def main():
 
     def config(name, port, extra="", database="bench", access_log='format = "off"'):
         path = work / f"{name}.toml"
+        # Two event loops, as every peer and the limit server run two workers. Left to
+        # `worker_threads = 0`, a musicd started pinned to one core (BENCH_PIN=1) counted one
+        # CPU and ran one loop, where the others switched between two.
         path.write_text(
-            f'listen = "127.0.0.1:{port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n{extra}\n'
+            f'listen = "127.0.0.1:{port}"\nmedia_roots = ["{media}"]\nlog_level = "warn"\n'
+            f'worker_threads = 2\n{extra}\n'
             f'[mongodb]\nuri = "mongodb://127.0.0.1:{mport}"\ndatabase = "{database}"\n'
             f'[redis]\nurl = "redis://127.0.0.1:{rport}"\n'
             f'[access_log]\n{access_log}\n'
