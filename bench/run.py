@@ -4,7 +4,8 @@
 Starts private redis-server, mongod, nginx and three musicd instances (direct mode, direct
 mode without the in-memory file cache, x-accel-redirect mode behind nginx) on free
 loopback ports, over one generated media directory. Each cell runs wrk against nginx and
-musicd alternately, BENCH_ROUNDS times for BENCH_SECONDS each, and reports medians,
+musicd in turn (in reverse order every other round), BENCH_ROUNDS times for BENCH_SECONDS
+each, and reports medians,
 the musicd/nginx ratio, p99 latency, errors, and server CPU from /proc per request and
 per GB. Everything is torn down at exit.
 """
@@ -574,7 +575,7 @@ def main():
                 shifted.write_text("".join(f"/musicdb/{i}/x.mp3\n" for i in miss_ids[r * chunk:(r + 1) * chunk]))
                 targets = [("musicd", (f"http://127.0.0.1:{miss_port}", [musicd["miss"].pid], "each_path_once.lua",
                                        shifted))]
-            for label, (url, pids, script, paths) in targets:
+            for label, (url, pids, script, paths) in in_turn(targets, r):
                 if r == 0 and WARMUP and not name.startswith("cache miss"):
                     wrk(url, conns, pids, script, paths, seconds=WARMUP)
                 result = wrk(url, conns, pids, script, paths, sockets=big_cell)
@@ -590,6 +591,19 @@ def main():
         out.write_text(text)
     print(text)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def in_turn(targets, r):
+    """The order of round `r`: as listed in even rounds, reversed in odd ones.
+
+    In one fixed order each target always ran right after the same one, and two copies of
+    one build (`BENCH_BASELINE_BIN` given the very binary measured) were called apart in two
+    of four cells: 1.04 (1.01-1.09), "lead", on 4 KiB and 0.89 (0.82-0.98), "behind", on
+    4 KiB with logs on (10 rounds, 2026-12-07). Reversing every other round puts each of a
+    pair first as often as second, so a drift within the round, or what one target leaves
+    the next (sockets in TIME_WAIT, a page cache to refill), falls on both alike, and the
+    targets next to each other stay close in time."""
+    return targets if r % 2 == 0 else targets[::-1]
 
 
 # The bars of issue 38: musicd's CPU per request against the limit server's, and what the
@@ -645,7 +659,7 @@ def report(rows, musicd):
         "",
         "wrk 2 threads on the same machine, loopback; "
         f"{ROUNDS} rounds of {SECONDS} s (each target first warmed up for {WARMUP} s, not counted), "
-        "targets alternated within each round. \"limit\" is `bench/limitd.c`: the least an HTTP file "
+        "the targets in turn within each round, in reverse order every other round. \"limit\" is `bench/limitd.c`: the least an HTTP file "
         "server can do (per-thread listeners, a request recognised by its blank line, precomputed "
         "answers: the cell's file, or the 1,000 files in turn), the practical ceiling of this machine and client; it logs nothing, so it is the "
         "ceiling of the logged cells too. CPU: the servers' own (utime+stime from /proc; for x-accel "
