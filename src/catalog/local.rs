@@ -58,11 +58,22 @@ struct Entry {
 
 /// What a copy of an entry taken elsewhere needs to tell that it is still the entry: the
 /// evictions its shard had seen when it was read, and when it was stored
-/// ([`LocalCache::get_stamped`], [`LocalCache::still`]).
+/// ([`LocalCache::get_stamped`], [`LocalCache::standing`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Stamp {
     epoch: u64,
     stored: Instant,
+}
+
+/// What a copy of an entry is worth now ([`LocalCache::standing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Evicted, cleared or past its TTL: not to be used.
+    Gone,
+    /// Good, and in the last quarter of its TTL: to be read again ahead.
+    Due,
+    /// Good.
+    Good,
 }
 
 /// A bounded, sharded map with a fixed TTL.
@@ -189,23 +200,27 @@ impl LocalCache {
         })
     }
 
-    /// Whether a copy of `id`'s entry stamped `stamp` is still as good as the entry at
-    /// time `now`: no eviction reached its shard since (the entry was neither evicted nor
-    /// cleared), and it is within the TTL that applies now. Two loads of lines that only
-    /// evictions write: no lock, no count moved on a line every core reads.
-    pub(crate) fn still(&self, id: &ObjectId, stamp: Stamp, now: Instant) -> bool {
-        self.enabled()
-            && self.epochs[Self::shard_index(id)].load(Ordering::Acquire) == stamp.epoch
-            && now.saturating_duration_since(stamp.stored) < self.live_ttl()
-    }
-
-    /// Whether a copy stamped `stamp` is in the last quarter of the TTL that applies at
-    /// `now`: time to read its id again ([`super::refresh`]) while the copy still answers.
-    /// Later would leave a slow Redis too little time; earlier would read each hot id more
-    /// often than once a TTL.
-    pub(crate) fn refresh_due(&self, stamp: Stamp, now: Instant) -> bool {
-        let ttl = self.live_ttl();
-        now.saturating_duration_since(stamp.stored) >= ttl - ttl / 4
+    /// What a copy of `id`'s entry stamped `stamp` is worth at time `now`. It is gone once
+    /// an eviction reached its shard (the entry was evicted or cleared) or the TTL that
+    /// applies now is over: two loads of lines that only evictions write, no lock, no count
+    /// moved on a line every core reads. In the TTL's last quarter it still answers but is
+    /// due to be read again ([`super::refresh`]): later would leave a slow Redis too little
+    /// time, earlier would read each hot id more often than once a TTL. One judgement, so
+    /// a hot request measures the copy's age once.
+    pub(crate) fn standing(&self, id: &ObjectId, stamp: Stamp, now: Instant) -> Standing {
+        if !self.enabled()
+            || self.epochs[Self::shard_index(id)].load(Ordering::Acquire) != stamp.epoch
+        {
+            return Standing::Gone;
+        }
+        let (age, ttl) = (now.saturating_duration_since(stamp.stored), self.live_ttl());
+        if age >= ttl {
+            Standing::Gone
+        } else if age >= ttl - ttl / 4 {
+            Standing::Due
+        } else {
+            Standing::Good
+        }
     }
 
     /// Remembers `value` for `id` for the TTL, unless an eviction reached its shard since

@@ -12,7 +12,7 @@
 //! The shared caches stay the truth; a copy is only ever as good as what it copied:
 //! * **The id.** Used only while the id cache entry it copied is still the entry: no
 //!   eviction reached its shard since, and its TTL (as it applies now) is not over
-//!   ([`LocalCache::still`]). An eviction pushed by the follower is obeyed as at once as
+//!   ([`LocalCache::standing`]). An eviction pushed by the follower is obeyed as at once as
 //!   by the shared cache. In the last quarter of its TTL a copy asks for its id to be read
 //!   from Redis again off the request path ([`crate::catalog::refresh`]); when its entry
 //!   then runs out and the renewed entry names the same path, the copy takes the new
@@ -43,7 +43,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::file::{self, cache::CachedFile, facts::FileFacts, request::FileRequest};
 use super::service::Answer;
-use crate::catalog::local::{Local, Stamp};
+use crate::catalog::local::{Local, Stamp, Standing};
 
 /// The largest file copied.
 pub(crate) const MOST_FILE_BYTES: usize = 64 * 1024;
@@ -100,7 +100,8 @@ pub(crate) async fn answer(
     let hot = HOT.with_borrow(|hot| hot.tracks.get(&key).cloned())?;
     let read_at = request.read_at.unwrap_or_else(Instant::now);
     let local = state.resolver.local();
-    let hot = if local.still(oid, hot.stamp, read_at) {
+    let standing = local.standing(oid, hot.stamp, read_at);
+    let hot = if standing != Standing::Gone {
         hot
     } else {
         match renewed(state, key, &hot, read_at) {
@@ -115,7 +116,7 @@ pub(crate) async fn answer(
         forget(key);
         return None;
     }
-    if !hot.asked.load(Ordering::Relaxed) && local.refresh_due(hot.stamp, read_at) {
+    if standing == Standing::Due && !hot.asked.load(Ordering::Relaxed) {
         hot.asked.store(true, Ordering::Relaxed);
         state.resolver.refresh_ahead(*oid);
     }
