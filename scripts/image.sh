@@ -2,7 +2,8 @@
 # Builds the OCI image musicd:VERSION (and musicd:latest) with podman, from Debian's
 # packages: no base image is pulled. Stages a root filesystem in target/image/rootfs:
 #   /usr/bin/musicd, /usr/bin/musicctl   the binaries of the `dist` profile, stripped
-#                                        (fat LTO; BUILD_PROFILE=release: the suite's build)
+#                                        (fat LTO, profile-guided: scripts/build-dist.sh;
+#                                        BUILD_PROFILE=release: the suite's build)
 #   the shared libraries they link       (ldd), from the packages that own them
 #   /etc/ssl/certs/ca-certificates.crt   from ca-certificates
 #   /etc/passwd, /etc/group              root, musicd (uid 10001) and nobody
@@ -17,7 +18,11 @@ image="musicd:$version"
 command -v podman >/dev/null || scripts/install-deps.sh >/dev/null
 # Cargo's output on stderr: the last line of stdout is the image, for scripts and tests.
 profile=${BUILD_PROFILE:-dist}
-cargo build --profile "$profile" --locked --bins >&2
+if [ "$profile" = dist ]; then
+  scripts/build-dist.sh >&2
+else
+  cargo build --profile "$profile" --locked --bins >&2
+fi
 
 context=target/image
 rootfs=$context/rootfs

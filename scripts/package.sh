@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian package into target/debian/: the binaries of the `dist` profile (fat
-# LTO; BUILD_PROFILE=release for the suite's own build, the same code), then the man pages
+# LTO, profile-guided: scripts/build-dist.sh; BUILD_PROFILE=release for the suite's own
+# build, the same code), then the man pages
 # and shell completions generated from the same clap definitions (`musicd man`,
 # `musicd completions SHELL`), then `cargo deb` with [package.metadata.deb] from
 # Cargo.toml. Prints the path of the .deb. Needs cargo-deb (scripts/install-deps.sh).
@@ -8,7 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=${BUILD_PROFILE:-dist}
-cargo build --profile "$profile" --locked --bins
+if [ "$profile" = dist ]; then
+  scripts/build-dist.sh
+else
+  cargo build --profile "$profile" --locked --bins
+fi
 out=target/package
 rm -rf "$out"
 mkdir -p "$out/man" "$out/completions"

@@ -24,6 +24,7 @@ mod image;
 mod limits;
 mod nginx;
 mod package;
+mod pgo;
 mod players;
 mod plays;
 mod purge;
