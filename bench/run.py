@@ -160,15 +160,22 @@ def socket_figures(port, out, delay):
                    notsent_kib=statistics.median(notsent))
 
 
-def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS, sockets=False):
-    threads = min(2, conns)
-    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--latency", "--timeout", "5s"]
-    if PIN:
-        cmd = ["taskset", "-c", CLIENT_CPU] + cmd
+def wrk_command(threads, conns, seconds, script=None, paths=None):
+    """wrk's command (without the URL) and environment: `script` (in bench/lua) picks each
+    request's path from the file `paths`."""
+    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s"]
     env = dict(os.environ)
     if script:
         cmd += ["-s", str(ROOT / "bench" / "lua" / script)]
         env["PATHS"] = str(paths)
+    return cmd, env
+
+
+def wrk(url, conns, pids, script=None, paths=None, seconds=SECONDS, sockets=False):
+    cmd, env = wrk_command(min(2, conns), conns, seconds, script, paths)
+    cmd.append("--latency")
+    if PIN:
+        cmd = ["taskset", "-c", CLIENT_CPU] + cmd
     figures = {}
     sampler = None
     if sockets:
@@ -229,11 +236,7 @@ def at_once(targets, conns, seconds=SECONDS):
     difference and the ratio are what this measures."""
     runs, before = {}, {}
     for label, (url, pids, script, paths) in targets:
-        cmd = ["wrk", "-t1", f"-c{conns}", f"-d{seconds}s", "--timeout", "5s"]
-        env = dict(os.environ)
-        if script:
-            cmd += ["-s", str(ROOT / "bench" / "lua" / script)]
-            env["PATHS"] = str(paths)
+        cmd, env = wrk_command(1, conns, seconds, script, paths)
         before[label] = cpu_ticks(pids)
         runs[label] = subprocess.Popen(cmd + [url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                        text=True, env=env)
