@@ -117,7 +117,16 @@ impl TrackCache {
 
     /// The Redis key of a track.
     pub(crate) fn key(&self, id: &ObjectId) -> String {
-        format!("{}{}", self.prefix, id.to_hex())
+        // Not `id.to_hex()`: bson's collects the digits a `char` at a time, about 740
+        // instructions, paid for each id the refresh-ahead reads (callgrind).
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut key = String::with_capacity(self.prefix.len() + 24);
+        key.push_str(&self.prefix);
+        for byte in id.bytes() {
+            key.push(char::from(HEX[usize::from(byte >> 4)]));
+            key.push(char::from(HEX[usize::from(byte & 15)]));
+        }
+        key
     }
 
     /// The link, for health checks.
@@ -135,18 +144,34 @@ impl TrackCache {
         Ok(Cached::from_value(value))
     }
 
-    /// Looks many ids up in one round trip ([`TrackCache::run_batch`]); their answers in
-    /// order.
+    /// Looks many ids up in one round trip; their answers in order.
     pub(crate) async fn get_many(&self, ids: &[ObjectId]) -> Result<Vec<Cached>, CacheError> {
-        let commands = ids
-            .iter()
-            .map(|id| {
-                let mut get = redis::cmd("GET");
-                get.arg(self.key(id));
-                get
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids.iter().map(|id| self.key(id)).collect();
+        let values: Vec<Option<Vec<u8>>> = self
+            .link
+            .run(move |conn| async move {
+                match conn {
+                    // One `MGET`, not a pipeline of `GET`s: one command to build and one
+                    // reply to read for the whole batch. The pipeline cost about 8,000
+                    // instructions an id with the client's parsing (callgrind), and the
+                    // refresh-ahead reads every hot id once a TTL.
+                    RedisConn::Single(mut conn) => {
+                        redis::cmd("MGET").arg(&keys).query_async(&mut conn).await
+                    }
+                    // A batch's keys fall in many hash slots, which one `MGET` cannot span.
+                    RedisConn::Cluster(conn) => {
+                        let replies = keys.iter().map(|key| {
+                            let mut conn = conn.clone();
+                            async move { redis::cmd("GET").arg(key).query_async(&mut conn).await }
+                        });
+                        futures_util::future::try_join_all(replies).await
+                    }
+                }
             })
-            .collect();
-        let values: Vec<Option<Vec<u8>>> = self.run_batch(commands).await?;
+            .await?;
         Ok(values.into_iter().map(Cached::from_value).collect())
     }
 

@@ -65,6 +65,13 @@ pub(crate) struct Stamp {
     stored: Instant,
 }
 
+impl Stamp {
+    /// Whether both stamps were taken from one entry: not one renewed or put since.
+    pub(crate) fn same_entry(&self, other: &Stamp) -> bool {
+        self.epoch == other.epoch && self.stored == other.stored
+    }
+}
+
 /// What a copy of an entry is worth now ([`LocalCache::standing`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Standing {

@@ -160,6 +160,12 @@ impl Resolver {
         &self.local
     }
 
+    /// Ids noted for refresh-ahead and not yet read.
+    #[cfg(test)]
+    pub(crate) fn refresh_waiting(&self) -> usize {
+        self.refresh.waiting()
+    }
+
     /// Asks for `id`'s in-process entry to be read from Redis again before it runs out
     /// ([`refresh`]).
     pub(crate) fn refresh_ahead(&self, id: ObjectId) {

@@ -56,6 +56,12 @@ impl Refresh {
         }
     }
 
+    /// Ids noted and not yet read.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Entries renewed so far.
     pub(crate) fn renewed(&self) -> u64 {
         self.renewed.load(Ordering::Relaxed)
