@@ -163,11 +163,15 @@ impl TrackCache {
                     }
                     // A batch's keys fall in many hash slots, which one `MGET` cannot span.
                     RedisConn::Cluster(conn) => {
-                        let replies = keys.iter().map(|key| {
-                            let mut conn = conn.clone();
-                            async move { redis::cmd("GET").arg(key).query_async(&mut conn).await }
-                        });
-                        futures_util::future::try_join_all(replies).await
+                        let gets: Vec<redis::Cmd> = keys
+                            .iter()
+                            .map(|key| {
+                                let mut get = redis::cmd("GET");
+                                get.arg(key);
+                                get
+                            })
+                            .collect();
+                        each_on_cluster(&conn, &gets).await
                     }
                 }
             })
@@ -285,13 +289,7 @@ impl TrackCache {
                         }
                         pipe.query_async::<Vec<T>>(&mut conn).await
                     }
-                    RedisConn::Cluster(conn) => {
-                        let replies = commands.iter().map(|cmd| {
-                            let mut conn = conn.clone();
-                            async move { cmd.query_async::<T>(&mut conn).await }
-                        });
-                        futures_util::future::try_join_all(replies).await
-                    }
+                    RedisConn::Cluster(conn) => each_on_cluster(&conn, &commands).await,
                 }
             })
             .await?;
@@ -603,6 +601,19 @@ pub(crate) fn jittered_ms(base: Duration, jitter: f64) -> u64 {
     }
     let extra = (base as f64 * jitter) as u64;
     base + rand::rng().random_range(0..=extra)
+}
+
+/// `commands` on a Cluster, each sent to its key's node, all at once; the replies in order.
+/// A pipeline or a multi-key command cannot span the hash slots of a batch's keys.
+async fn each_on_cluster<T: redis::FromRedisValue + Send + 'static>(
+    conn: &redis::cluster_async::ClusterConnection,
+    commands: &[redis::Cmd],
+) -> redis::RedisResult<Vec<T>> {
+    let replies = commands.iter().map(|cmd| {
+        let mut conn = conn.clone();
+        async move { cmd.query_async::<T>(&mut conn).await }
+    });
+    futures_util::future::try_join_all(replies).await
 }
 
 #[cfg(test)]
