@@ -24,7 +24,13 @@
 //!   entry replaced or evicted is retired), and proven current for the request exactly as
 //!   every answer from the file cache is ([`FileCache::is_current`]: the `stat` or the
 //!   inotify drain after the request was read). A copy that fails is dropped, and the
-//!   request takes the shared path.
+//!   request takes the shared path. Once a check found the entry armed, the copy keeps
+//!   what it noted ([`FileCache::note`]), and later requests ask only the process's count
+//!   of disarmed and retired entries and the last drain ([`FileCache::vouch`]), not the
+//!   entry: its lines, which both cores read and the kernel's copies of other files push
+//!   out of the cache, had been three of the misses of every answer (perf, 1,000 files:
+//!   the copy's count, its entry's `retired` and its watch, 12 % of user time with the
+//!   hash probe). The entry is read again whenever the count moves or its `stat` is due.
 //! * **Bounded.** Files of at most [`MOST_FILE_BYTES`], at most [`MOST_BYTES`] and
 //!   [`MOST_TRACKS`] per loop. When full, one copy in [`REPLACE_EVERY`] misses replaces an
 //!   arbitrary one: a working set larger than the copies costs a copy now and then, not
@@ -35,7 +41,6 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -43,7 +48,8 @@ use mongodb::bson::oid::ObjectId;
 
 use super::AppState;
 use super::error::ApiError;
-use super::file::{self, cache::CachedFile, facts::FileFacts, request::FileRequest};
+use super::file::cache::{CachedFile, Noted, Vouch};
+use super::file::{self, facts::FileFacts, request::FileRequest};
 use super::service::Answer;
 use crate::catalog::local::{Local, Stamp, Standing};
 
@@ -58,30 +64,48 @@ const REPLACE_EVERY: u32 = 16;
 /// A hit marks the shared entry used once in this many.
 const TOUCH_EVERY: u32 = 16;
 
-/// One track as this loop last answered it from the shared caches.
+/// One track as this loop last answered it from the shared caches. Held in the map
+/// itself, not behind an `Arc`: an answer's checks read its first lines and move no count
+/// (a locked add on a line missed in the cache held up every load after it).
+/// `repr(C)`: what every answer reads comes first.
+#[repr(C)]
 struct HotTrack {
-    /// The path the id cache gave.
-    path: Box<str>,
     /// Tells whether the id cache entry is still the one copied.
     stamp: Stamp,
-    /// The file cache's entry (shared; only read here).
-    file: Arc<CachedFile>,
+    /// What last proved the file current, if the watcher can vouch for it without a look
+    /// at the shared entry ([`FileCache::vouch`]).
+    noted: Option<Noted>,
+    /// Hits, for [`TOUCH_EVERY`].
+    hits: u32,
+    /// Whether this copy asked for its id to be read again ([`crate::catalog::refresh`]).
+    asked: bool,
     /// This loop's copy of its bytes.
     bytes: Bytes,
-    /// This loop's copy of its facts.
+    /// This loop's copy of its facts (its lines share the bytes' allocation).
     facts: FileFacts,
-    /// Hits, for [`TOUCH_EVERY`]. Only this loop's thread writes it.
-    hits: AtomicU32,
-    /// Whether this copy asked for its id to be read again ([`crate::catalog::refresh`]).
-    /// Only this loop's thread writes it.
-    asked: AtomicBool,
+    /// The path the id cache gave.
+    path: Box<str>,
+    /// The file cache's entry (shared; only read here).
+    file: Arc<CachedFile>,
 }
+
+impl HotTrack {
+    fn answer(&mut self, state: &AppState, id: &str, request: &FileRequest) -> Answered {
+        self.hits = self.hits.wrapping_add(1);
+        if self.hits.is_multiple_of(TOUCH_EVERY) {
+            state.files.cache.touch(&self.file);
+        }
+        file::from_copy(&state.files, id, &self.facts, self.bytes.clone(), request)
+    }
+}
+
+type Answered = Result<Answer, ApiError>;
 
 /// This loop's copies. `cache` (the file cache's instance) keeps the servers of one
 /// process apart.
 #[derive(Default)]
 struct HotTracks {
-    tracks: HashMap<(u64, ObjectId), Arc<HotTrack>, foldhash::fast::RandomState>,
+    tracks: HashMap<(u64, ObjectId), HotTrack, foldhash::fast::RandomState>,
     bytes: usize,
     misses: u32,
 }
@@ -90,59 +114,126 @@ thread_local! {
     static HOT: RefCell<HotTracks> = RefCell::new(HotTracks::default());
 }
 
+/// What a copy can do for a request, decided without waiting.
+enum Step {
+    /// Answered from the copy.
+    Answered(Answered),
+    /// Current once the watcher has drained its events.
+    AfterDrain { noted: Noted, worth_waiting: bool },
+    /// To be checked against the shared entry.
+    Check {
+        file: Arc<CachedFile>,
+        path: Box<str>,
+    },
+}
+
 /// The answer to `request` for `oid` from this loop's copy, if it has one that is current.
 pub(crate) async fn answer(
     state: &AppState,
     oid: &ObjectId,
     id: &str,
     request: &FileRequest,
-) -> Option<Result<Answer, ApiError>> {
+) -> Option<Answered> {
     let cache = &state.files.cache;
     let key = (cache.instance(), *oid);
-    let mut hot = HOT.with_borrow(|hot| hot.tracks.get(&key).cloned())?;
     let read_at = request.read_at.unwrap_or_else(Instant::now);
-    let local = state.resolver.local();
-    match local.standing(oid, hot.stamp, read_at) {
-        Standing::Good => {}
-        Standing::Gone => match renewed(state, key, &hot, read_at) {
-            Some(renewed) => hot = renewed,
-            None => {
-                forget(key);
-                return None;
-            }
-        },
-        Standing::Due if !hot.asked.load(Ordering::Relaxed) => {
-            // The other loop's copy of the id may have asked first and its entry been
-            // renewed: that entry is taken, not read from Redis a second time.
-            match renewed(state, key, &hot, read_at) {
-                Some(renewed) => hot = renewed,
-                None => {
-                    hot.asked.store(true, Ordering::Relaxed);
-                    state.resolver.refresh_ahead(*oid);
+    let (mut vouched, mut waited) = (true, false);
+    loop {
+        match step(state, key, id, request, read_at, vouched)? {
+            Step::Answered(answer) => return Some(answer),
+            Step::AfterDrain {
+                noted,
+                worth_waiting,
+            } => {
+                if worth_waiting && !waited {
+                    tokio::task::yield_now().await;
                 }
+                // Drained: the next step finds the copy current, or checks the entry.
+                vouched = !waited && cache.vouch_after_drain(noted, read_at);
+                waited = true;
+            }
+            Step::Check { file, path } => {
+                let noted = cache.note(&file);
+                if file.is_retired() {
+                    forget(key, &file);
+                    return None;
+                }
+                if cache.worth_waiting(&file, read_at) {
+                    tokio::task::yield_now().await;
+                }
+                if !cache.is_current(&path, &file, read_at) {
+                    forget(key, &file);
+                    return None;
+                }
+                // The copy may have been dropped or replaced while this one waited.
+                return HOT.with_borrow_mut(|hot| {
+                    let track = hot.tracks.get_mut(&key)?;
+                    if !Arc::ptr_eq(&track.file, &file) {
+                        return None;
+                    }
+                    track.noted = noted;
+                    Some(track.answer(state, id, request))
+                });
             }
         }
-        Standing::Due => {}
     }
-    if hot.file.is_retired() {
-        forget(key);
-        return None;
-    }
-    let answer = file::from_copy(&state.files, id, &hot.facts, hot.bytes.clone(), request);
-    if cache.worth_waiting(&hot.file, read_at) {
-        tokio::task::yield_now().await;
-    }
-    if !cache.is_current(&hot.path, &hot.file, read_at) {
-        forget(key);
-        return None;
-    }
-    // Only this thread writes it: a plain load and store, no locked add.
-    let hits = hot.hits.load(Ordering::Relaxed).wrapping_add(1);
-    hot.hits.store(hits, Ordering::Relaxed);
-    if hits % TOUCH_EVERY == 0 {
-        cache.touch(&hot.file);
-    }
-    Some(answer)
+}
+
+/// What the copy of `key` can do for `request` now (`None`: no copy, or none usable);
+/// `vouched`: whether the watcher may vouch for its file.
+fn step(
+    state: &AppState,
+    key: (u64, ObjectId),
+    id: &str,
+    request: &FileRequest,
+    read_at: Instant,
+    vouched: bool,
+) -> Option<Step> {
+    HOT.with_borrow_mut(|hot| {
+        let track = hot.tracks.get_mut(&key)?;
+        let local = state.resolver.local();
+        match local.standing(&key.1, track.stamp, read_at) {
+            Standing::Good => {}
+            Standing::Gone => {
+                if !renewed(state, key, track, read_at) {
+                    hot.remove(&key);
+                    return None;
+                }
+            }
+            Standing::Due if !track.asked => {
+                // The other loop's copy of the id may have asked first and its entry been
+                // renewed: that entry is taken, not read from Redis a second time.
+                if !renewed(state, key, track, read_at) {
+                    track.asked = true;
+                    state.resolver.refresh_ahead(key.1);
+                }
+            }
+            Standing::Due => {}
+        }
+        let vouch = match track.noted {
+            Some(noted) if vouched => (noted, state.files.cache.vouch(noted, read_at)),
+            _ => {
+                return Some(Step::Check {
+                    file: Arc::clone(&track.file),
+                    path: track.path.clone(),
+                });
+            }
+        };
+        Some(match vouch {
+            (_, Vouch::Current) => Step::Answered(track.answer(state, id, request)),
+            (noted, Vouch::AfterDrain { worth_waiting }) => Step::AfterDrain {
+                noted,
+                worth_waiting,
+            },
+            (_, Vouch::Unknown) => {
+                track.noted = None;
+                Step::Check {
+                    file: Arc::clone(&track.file),
+                    path: track.path.clone(),
+                }
+            }
+        })
+    })
 }
 
 /// Copies what answered `oid` (at `path`, read at `read_at`) from the shared caches, if it
@@ -173,49 +264,47 @@ pub(crate) fn keep(state: &AppState, oid: ObjectId, path: &str, read_at: Instant
     let Some(bytes) = file.in_memory().filter(|b| b.len() <= MOST_FILE_BYTES) else {
         return;
     };
+    let (facts, bytes) = file.facts.copied_with(bytes);
     let hot = HotTrack {
-        path: path.into(),
         stamp,
-        bytes: Bytes::copy_from_slice(bytes),
-        facts: file.facts.copied(),
+        noted: None,
+        hits: 0,
+        asked: false,
+        bytes,
+        facts,
+        path: path.into(),
         file: Arc::clone(&file),
-        hits: AtomicU32::new(0),
-        asked: AtomicBool::new(false),
     };
     HOT.with_borrow_mut(|hot_tracks| hot_tracks.insert(key, hot));
 }
 
-/// The copy `hot` under the id cache's current entry, if that entry is not the one copied
-/// (it was renewed since, [`crate::catalog::refresh`]) and still names the copy's path: the
-/// bytes are kept, not copied again.
-fn renewed(
-    state: &AppState,
-    key: (u64, ObjectId),
-    hot: &HotTrack,
-    read_at: Instant,
-) -> Option<Arc<HotTrack>> {
+/// Moves the copy `track` onto the id cache's current entry, if that entry is not the one
+/// copied (it was renewed since, [`crate::catalog::refresh`]) and still names the copy's
+/// path: the bytes are kept, not copied again. Whether it did.
+fn renewed(state: &AppState, key: (u64, ObjectId), track: &mut HotTrack, read_at: Instant) -> bool {
     let Some((Local::Path(current), stamp)) = state.resolver.local().get_stamped(&key.1, read_at)
     else {
-        return None;
+        return false;
     };
-    if stamp.same_entry(&hot.stamp) || *current != *hot.path {
-        return None;
+    if stamp.same_entry(&track.stamp) || *current != *track.path {
+        return false;
     }
-    let renewed = Arc::new(HotTrack {
-        path: hot.path.clone(),
-        stamp,
-        file: Arc::clone(&hot.file),
-        bytes: hot.bytes.clone(),
-        facts: hot.facts.clone(),
-        hits: AtomicU32::new(hot.hits.load(Ordering::Relaxed)),
-        asked: AtomicBool::new(false),
-    });
-    HOT.with_borrow_mut(|hot_tracks| hot_tracks.renew(key, Arc::clone(&renewed)));
-    Some(renewed)
+    track.stamp = stamp;
+    track.asked = false;
+    true
 }
 
-fn forget(key: (u64, ObjectId)) {
-    HOT.with_borrow_mut(|hot| hot.remove(&key));
+/// Drops the copy of `key` if it is still the copy of `file`.
+fn forget(key: (u64, ObjectId), file: &Arc<CachedFile>) {
+    HOT.with_borrow_mut(|hot| {
+        if hot
+            .tracks
+            .get(&key)
+            .is_some_and(|track| Arc::ptr_eq(&track.file, file))
+        {
+            hot.remove(&key);
+        }
+    });
 }
 
 impl HotTracks {
@@ -228,14 +317,7 @@ impl HotTracks {
             self.remove(&victim);
         }
         self.bytes += track.bytes.len();
-        self.tracks.insert(key, Arc::new(track));
-    }
-
-    /// Puts `track` in place of the copy of the same bytes it renews.
-    fn renew(&mut self, key: (u64, ObjectId), track: Arc<HotTrack>) {
-        if let Some(old) = self.tracks.get_mut(&key) {
-            *old = track;
-        }
+        self.tracks.insert(key, track);
     }
 
     fn remove(&mut self, key: &(u64, ObjectId)) {
@@ -368,6 +450,44 @@ mod tests {
         assert_eq!(get(&app).await.0, StatusCode::NOT_FOUND);
     }
 
+    #[tokio::test]
+    async fn a_copy_the_watcher_vouches_for_is_dropped_when_the_file_cache_lets_its_entry_go() {
+        let media = tempfile::tempdir().expect("dir");
+        let path = media.path().join("a.mp3");
+        std::fs::write(&path, [6u8; 4096]).expect("write");
+        let app = app(media.path()).await;
+        knows(&app, &path);
+        for _ in 0..4 {
+            assert_eq!(get(&app).await, (StatusCode::OK, vec![6u8; 4096]));
+        }
+        let noted = HOT.with_borrow(|hot| hot.tracks.values().any(|t| t.noted.is_some()));
+        assert!(noted, "the copy was not proved current by the watcher");
+        // Another version takes the entry's place (as when a `stat` found the file
+        // changed before any event was drained): no event names the copy's file, only
+        // the retirement of the entry it copied tells.
+        let metadata = std::fs::metadata(&path).expect("stat");
+        let facts = FileFacts::new(
+            &path,
+            4096,
+            metadata.modified().expect("mtime"),
+            &axum::http::HeaderValue::from_static("public"),
+        );
+        let other = CachedFile::new(
+            crate::http::file::cache::Content::Memory(Bytes::from(vec![9u8; 4096])),
+            &metadata,
+            facts,
+        );
+        let raw = path.to_str().expect("utf-8");
+        app.state.files.cache.insert(raw, other);
+        let (status, body) = get(&app).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.len() == 4096 && body.iter().all(|&b| b == 9),
+            "a copy of a retired entry was answered: {:?}",
+            &body[..body.len().min(4)]
+        );
+    }
+
     /// An app whose id cache keeps entries `ttl` (evictions heard), knowing [`ID`] at a
     /// copied 4 KiB file; and the instant before it knew it.
     async fn copied(media: &Path, ttl: Duration) -> (App, Instant) {
@@ -454,14 +574,18 @@ mod tests {
             .cache
             .get(path.to_str().expect("utf-8"))
             .expect("cached");
-        let track = |len: usize| HotTrack {
-            path: "/x".into(),
-            stamp,
-            file: Arc::clone(&file),
-            bytes: Bytes::from(vec![0u8; len]),
-            facts: file.facts.copied(),
-            hits: AtomicU32::new(0),
-            asked: AtomicBool::new(false),
+        let track = |len: usize| {
+            let (facts, bytes) = file.facts.copied_with(&vec![0u8; len]);
+            HotTrack {
+                stamp,
+                noted: None,
+                hits: 0,
+                asked: false,
+                bytes,
+                facts,
+                path: "/x".into(),
+                file: Arc::clone(&file),
+            }
         };
         let mut hot = HotTracks::default();
         for n in 0..(MOST_BYTES / MOST_FILE_BYTES + 10) {

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::facts::FileFacts;
-use super::inotify::{EntryWatch, RESTAT_AFTER, Watcher};
+use super::inotify::{self, EntryWatch, RESTAT_AFTER, Watcher};
 use crate::http::service::Identity;
 
 /// What a cache entry holds.
@@ -54,6 +54,30 @@ pub(crate) enum Content {
     /// The header lines of an offload answer (x-accel-redirect, x-sendfile): to play
     /// (`[0]`) and to download (`[1]`).
     Offload([Bytes; 2]),
+}
+
+/// What proved an entry current, kept by a copy of it ([`FileCache::note`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Noted {
+    /// The process's count of changes ([`inotify::changes`]) before the entry was found
+    /// armed.
+    changes: u64,
+    /// The entry's last `stat` then.
+    checked: u64,
+}
+
+/// What a copy noted [`Noted`] is worth for a request ([`FileCache::vouch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vouch {
+    /// Current: no entry was disarmed or retired since it was noted, and a drain begun
+    /// after the request was read is complete.
+    Current,
+    /// Current once a drain begun after the request was read finds nothing for it
+    /// ([`FileCache::vouch_after_drain`]); `worth_waiting` as
+    /// [`FileCache::worth_waiting`] says.
+    AfterDrain { worth_waiting: bool },
+    /// Not known without reading the entry: [`FileCache::is_current`].
+    Unknown,
 }
 
 /// One cached file: its content plus what was true of it when opened.
@@ -287,6 +311,51 @@ impl FileCache {
         last != 0 && last <= read_at && read_at - last < HOT.as_nanos() as u64
     }
 
+    /// Noted before a check proves `cached` current, for a copy of it to be proved current
+    /// later without reading the entry ([`FileCache::vouch`]): `None` unless the entry is
+    /// armed and still cached.
+    pub(crate) fn note(&self, cached: &CachedFile) -> Option<Noted> {
+        self.watcher.as_ref()?;
+        // The count first: a disarming or a retirement after it moves it.
+        let changes = inotify::changes();
+        let checked = cached.checked.load(Ordering::Acquire);
+        (cached.watch.is_armed() && !cached.is_retired()).then_some(Noted { changes, checked })
+    }
+
+    /// What [`FileCache::is_current`] would say of an entry noted `noted` (and since proved
+    /// current) for a request read at `read_at`, from the process's count of changes and
+    /// the watcher's last drain only: no line of the entry is read.
+    pub(crate) fn vouch(&self, noted: Noted, read_at: Instant) -> Vouch {
+        let Some(watcher) = &self.watcher else {
+            return Vouch::Unknown;
+        };
+        let read_ns = self.since_epoch(read_at);
+        // The restat the entry itself would be due (its `checked` may have moved since it
+        // was noted: then this copy is only checked sooner).
+        if read_ns.saturating_sub(noted.checked) >= RESTAT_AFTER.as_nanos() as u64 {
+            return Vouch::Unknown;
+        }
+        let drained = watcher.drained();
+        if inotify::changes() != noted.changes {
+            return Vouch::Unknown;
+        }
+        if drained > read_ns {
+            return Vouch::Current;
+        }
+        Vouch::AfterDrain {
+            worth_waiting: drained != 0 && read_ns - drained < HOT.as_nanos() as u64,
+        }
+    }
+
+    /// For [`Vouch::AfterDrain`]: drains if no drain has begun since `read_at`, and says
+    /// whether the copy noted `noted` is current; false also when another loop is draining
+    /// (then the entry is checked as [`FileCache::is_current`] checks it).
+    pub(crate) fn vouch_after_drain(&self, noted: Noted, read_at: Instant) -> bool {
+        self.watcher.as_ref().is_some_and(|watcher| {
+            watcher.vouches_unchanged(noted.changes, self.since_epoch(read_at), || self.now())
+        })
+    }
+
     /// Keeps `file` for `raw_path`, evicting the least recently used entries of its kind
     /// if needed.
     pub(crate) fn insert(&self, raw_path: &str, file: CachedFile) -> Arc<CachedFile> {
@@ -348,6 +417,7 @@ impl FileCache {
 
     fn forget(&self, old: &CachedFile) {
         old.retired.store(true, Ordering::Release);
+        inotify::note_change();
         if old.is_open() {
             self.open.fetch_sub(1, Ordering::Relaxed);
         } else {

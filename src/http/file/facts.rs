@@ -41,22 +41,33 @@ pub(crate) struct Lines {
 }
 
 impl FileFacts {
-    /// A copy whose lines share no allocation with these (so no count that another
-    /// thread moves): for an event loop's own copy of a hot file (`crate::http::hot`).
-    pub(crate) fn copied(&self) -> FileFacts {
-        let copy = |bytes: &Bytes| Bytes::copy_from_slice(bytes);
-        let lines = |lines: &Lines| Lines {
-            body: copy(&lines.body),
-            full: copy(&lines.full),
+    /// A copy of these facts and of `body` that shares no allocation with them (so no
+    /// count another thread moves), for an event loop's own copy of a hot file
+    /// (`crate::http::hot`). Lines and body share one allocation: an answer counts its
+    /// lines and its body on one line of memory, not two missed ones.
+    pub(crate) fn copied_with(&self, body: &[u8]) -> (FileFacts, Bytes) {
+        let (inline, attachment) = (&self.inline.full, &self.attachment.full);
+        let mut all = BytesMut::with_capacity(inline.len() + attachment.len() + body.len());
+        all.extend_from_slice(inline);
+        all.extend_from_slice(attachment);
+        all.extend_from_slice(body);
+        let all = all.freeze();
+        let lines = |start: usize, lines: &Lines| Lines {
+            body: all.slice(start..start + lines.body.len()),
+            full: all.slice(start..start + lines.full.len()),
         };
-        FileFacts {
+        // Each original is a prefix of the inline (or attachment) lines it was cut from.
+        debug_assert!(inline.starts_with(&self.validator_lines));
+        let facts = FileFacts {
             size: self.size,
             validators: self.validators.clone(),
             mime: self.mime,
-            validator_lines: copy(&self.validator_lines),
-            inline: lines(&self.inline),
-            attachment: lines(&self.attachment),
-        }
+            validator_lines: all.slice(..self.validator_lines.len()),
+            inline: lines(0, &self.inline),
+            attachment: lines(inline.len(), &self.attachment),
+        };
+        let body = all.slice(inline.len() + attachment.len()..);
+        (facts, body)
     }
 
     /// The lines for a request that does (`download`) or does not want to save the file.
@@ -173,6 +184,27 @@ mod tests {
             d.starts_with("inline; filename=\"Caf_ _x_.mp3\"; filename*=UTF-8''Caf%C3%A9"),
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_copy_with_its_body_says_every_line_the_original_says() {
+        let facts = FileFacts::new(
+            Path::new("/m/Café.mp3"),
+            5,
+            std::time::UNIX_EPOCH,
+            &HeaderValue::from_static("public, max-age=60"),
+        );
+        let (copy, body) = facts.copied_with(b"12345");
+        assert_eq!(&body[..], b"12345");
+        assert_eq!(copy.validator_lines, facts.validator_lines);
+        for download in [false, true] {
+            let (original, copied) = (facts.lines(download), copy.lines(download));
+            assert_eq!(copied.body, original.body);
+            assert_eq!(copied.full, original.full);
+            assert!(!copied.full.is_empty());
+        }
+        assert_eq!((copy.size, copy.mime), (facts.size, facts.mime));
+        assert_eq!(copy.validators.etag, facts.validators.etag);
     }
 
     #[test]

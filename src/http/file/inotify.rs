@@ -114,6 +114,25 @@ pub(crate) struct EntryWatch {
     unwatchable: AtomicBool,
 }
 
+/// Moves after every entry is disarmed, and after a cache entry is retired
+/// ([`note_change`]): while it stands still, no entry armed when it was read has been
+/// disarmed since. So a copy of an entry (`crate::http::hot`) noted armed with this count
+/// needs no look at the entry itself while the count holds, one load of a line every
+/// event loop keeps, where the entry's own lines were a cache miss a request. One count
+/// for the process: a change in one cache costs another's copies a look at their
+/// entries, never a wrong answer.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The count of [`CHANGES`]; loaded before what it vouches for (`Acquire`).
+pub(crate) fn changes() -> u64 {
+    CHANGES.load(Ordering::Acquire)
+}
+
+/// Moves [`CHANGES`], after the change it tells of.
+pub(crate) fn note_change() {
+    CHANGES.fetch_add(1, Ordering::AcqRel);
+}
+
 impl EntryWatch {
     /// Whether no event named it since it was last armed.
     pub(crate) fn is_armed(&self) -> bool {
@@ -124,6 +143,7 @@ impl EntryWatch {
     fn disarm(&self) {
         self.registered.store(false, Ordering::Release);
         self.dirty.fetch_add(1, Ordering::AcqRel);
+        note_change();
     }
 }
 
@@ -274,6 +294,25 @@ impl Watcher {
         if !entry.is_armed() {
             return false;
         }
+        // The drain's start is loaded before the entry: its disarming happened before.
+        self.drained_after(read_ns, now_ns) && entry.is_armed()
+    }
+
+    /// Whether an entry armed when [`changes`] was `noted` is still armed for a request
+    /// read at `read_ns`: [`Watcher::vouches`] for a copy that does not look at the entry.
+    pub(crate) fn vouches_unchanged(
+        &self,
+        noted: u64,
+        read_ns: u64,
+        now_ns: impl Fn() -> u64,
+    ) -> bool {
+        // As in `vouches`: the drain's start first, then what its disarming moved.
+        self.drained_after(read_ns, now_ns) && changes() == noted
+    }
+
+    /// Whether a drain begun after `read_ns` is complete: drains if none has begun since,
+    /// unless another loop is draining now.
+    fn drained_after(&self, read_ns: u64, now_ns: impl Fn() -> u64) -> bool {
         if self.drained() <= read_ns {
             let Some(mut tables) = self.try_lock() else {
                 return false;
@@ -282,8 +321,7 @@ impl Watcher {
                 self.drain_locked(&mut tables, now_ns());
             }
         }
-        // The drain's start is loaded before the entry: its disarming happened before.
-        self.drained() > read_ns && entry.is_armed()
+        self.drained() > read_ns
     }
 
     fn drain_locked(&self, tables: &mut Tables, began: u64) {
