@@ -143,6 +143,8 @@ impl Pod {
 struct Rollout {
     ok: u64,
     failed: u64,
+    /// What the first failures were.
+    failures: Vec<String>,
     served: [usize; 2],
 }
 
@@ -163,21 +165,34 @@ async fn roll(drain: &str) -> Rollout {
     // Players: a few at once, each fetching the track again as soon as it has it.
     let url = nginx.url(&format!("/musicdb/{}/rolled.mp3", id.to_hex()));
     let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut players = Vec::new();
     for _ in 0..6 {
         let (url, ok, failed, stop) = (url.clone(), ok.clone(), failed.clone(), stop.clone());
-        let bytes = bytes.clone();
+        let (bytes, failures) = (bytes.clone(), failures.clone());
         players.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             while !stop.load(Ordering::Relaxed) {
-                let good = match client.get(&url).send().await {
-                    Ok(answer) if answer.status() == StatusCode::OK => {
-                        answer.bytes().await.is_ok_and(|body| body == bytes)
-                    }
-                    _ => false,
+                let failure = match client.get(&url).send().await {
+                    Ok(answer) if answer.status() == StatusCode::OK => match answer.bytes().await {
+                        Ok(body) if body == bytes => None,
+                        Ok(body) => Some(format!("200 with {} bytes", body.len())),
+                        Err(err) => Some(format!("200, then its body failed: {err:?}")),
+                    },
+                    Ok(answer) => Some(format!("status {}", answer.status())),
+                    Err(err) => Some(format!("no answer: {err:?}")),
                 };
-                let counter = if good { &ok } else { &failed };
+                let counter = match failure {
+                    None => &ok,
+                    Some(failure) => {
+                        let mut failures = failures.lock().unwrap_or_else(|p| p.into_inner());
+                        if failures.len() < 5 {
+                            failures.push(failure);
+                        }
+                        &failed
+                    }
+                };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -211,9 +226,11 @@ async fn roll(drain: &str) -> Rollout {
         old.iter().map(Pod::served).sum(),
         new.iter().map(Pod::served).sum(),
     ];
+    let failures = failures.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Rollout {
         ok: ok.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
+        failures,
         served,
     }
 }
@@ -227,7 +244,8 @@ async fn a_rolling_deploy_under_load_fails_no_request_with_the_drain_and_some_wi
     );
     assert_eq!(
         drained.failed, 0,
-        "requests failed during a drained rollout"
+        "requests failed during a drained rollout: {:?}",
+        drained.failures
     );
     assert!(drained.served[0] > 0 && drained.served[1] > 0);
 
