@@ -118,8 +118,13 @@ thread_local! {
 enum Step {
     /// Answered from the copy.
     Answered(Answered),
-    /// Current once the watcher has drained its events.
-    AfterDrain { noted: Noted, worth_waiting: bool },
+    /// Current once the watcher has drained its events; `file`: the copy's entry, by
+    /// address (to tell the same copy after the wait).
+    AfterDrain {
+        noted: Noted,
+        worth_waiting: bool,
+        file: usize,
+    },
     /// To be checked against the shared entry.
     Check {
         file: Arc<CachedFile>,
@@ -144,13 +149,27 @@ pub(crate) async fn answer(
             Step::AfterDrain {
                 noted,
                 worth_waiting,
+                file,
             } => {
                 if worth_waiting && !waited {
                     tokio::task::yield_now().await;
                 }
-                // Drained: the next step finds the copy current, or checks the entry.
                 vouched = !waited && cache.vouch_after_drain(noted, read_at);
                 waited = true;
+                // Current for this request: answered by the same copy if it is still
+                // there (the id was checked before the wait, as a `stat` would have been
+                // made after it); otherwise the next step decides again.
+                let answered = vouched.then(|| {
+                    HOT.with_borrow_mut(|hot| {
+                        let track = hot.tracks.get_mut(&key)?;
+                        let same =
+                            track.noted == Some(noted) && Arc::as_ptr(&track.file) as usize == file;
+                        same.then(|| track.answer(state, id, request))
+                    })
+                });
+                if let Some(Some(answer)) = answered {
+                    return Some(answer);
+                }
             }
             Step::Check { file, path } => {
                 let noted = cache.note(&file);
@@ -224,6 +243,7 @@ fn step(
             (noted, Vouch::AfterDrain { worth_waiting }) => Step::AfterDrain {
                 noted,
                 worth_waiting,
+                file: Arc::as_ptr(&track.file) as usize,
             },
             (_, Vouch::Unknown) => {
                 track.noted = None;
