@@ -360,7 +360,7 @@ mod tests {
     //! needed them fails, which tells a copy's answer from the shared path's.
 
     use std::net::IpAddr;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
     use std::time::Duration;
 
     use axum::http::{Method, StatusCode, Version};
@@ -373,14 +373,37 @@ mod tests {
 
     const ID: &str = "6b0dc37d3ba0d873deac9381";
 
-    async fn app(media: &Path) -> App {
+    /// Serving `media`, with Redis and MongoDB unreachable: only what a test put in the
+    /// id cache resolves.
+    fn offline(media: &Path) -> Config {
         let mut config = Config::defaults_with_roots(vec![media.to_path_buf()]).expect("config");
         config.redis.target = crate::redis_link::RedisTarget::Single("redis://127.0.0.1:1".into());
         config.redis.timeout = Duration::from_millis(20);
         config.mongodb.uri = "mongodb://127.0.0.1:1/".into();
         config.mongodb.timeout = Duration::from_millis(20);
-        let state = AppState::new(&config).await.expect("state");
+        config
+    }
+
+    async fn app_of(config: &Config) -> App {
+        let state = AppState::new(config).await.expect("state");
         App::new(state, &config.route_prefixes)
+    }
+
+    async fn app(media: &Path) -> App {
+        app_of(&offline(media)).await
+    }
+
+    /// Writes 4 KiB of `fill` at `media/a.mp3`, has the id cache know it as [`ID`] and
+    /// GETs it `times` times: opened, then answered from the file cache (and copied),
+    /// then from the copy.
+    async fn answered(app: &App, media: &Path, fill: u8, times: usize) -> PathBuf {
+        let path = media.join("a.mp3");
+        std::fs::write(&path, [fill; 4096]).expect("write");
+        knows(app, &path);
+        for _ in 0..times {
+            assert_eq!(get(app).await, (StatusCode::OK, vec![fill; 4096]));
+        }
+        path
     }
 
     /// The id cache knows `path` for [`ID`] (as if Redis had answered).
@@ -425,14 +448,8 @@ mod tests {
     #[tokio::test]
     async fn a_copy_answers_only_while_the_id_cache_still_holds_what_it_copied() {
         let media = tempfile::tempdir().expect("dir");
-        let path = media.path().join("a.mp3");
-        std::fs::write(&path, [7u8; 4096]).expect("write");
         let app = app(media.path()).await;
-        knows(&app, &path);
-        // Opened, then answered from the file cache (and copied), then from the copy.
-        for _ in 0..3 {
-            assert_eq!(get(&app).await, (StatusCode::OK, vec![7u8; 4096]));
-        }
+        answered(&app, media.path(), 7, 3).await;
         assert_eq!(held(), (1, 4096));
         // The follower publishes a change of the id: the copy is not used, and the id
         // must be asked again (from backends that are down).
@@ -450,13 +467,8 @@ mod tests {
     #[tokio::test]
     async fn a_changed_file_is_seen_by_the_next_request_even_after_it_was_copied() {
         let media = tempfile::tempdir().expect("dir");
-        let path = media.path().join("a.mp3");
-        std::fs::write(&path, [1u8; 4096]).expect("write");
         let app = app(media.path()).await;
-        knows(&app, &path);
-        for _ in 0..3 {
-            assert_eq!(get(&app).await, (StatusCode::OK, vec![1u8; 4096]));
-        }
+        let path = answered(&app, media.path(), 1, 3).await;
         assert_eq!(held().0, 1);
         replace(&path, &[2u8; 5000]);
         assert_eq!(get(&app).await, (StatusCode::OK, vec![2u8; 5000]));
@@ -473,13 +485,8 @@ mod tests {
     #[tokio::test]
     async fn a_copy_the_watcher_vouches_for_is_dropped_when_the_file_cache_lets_its_entry_go() {
         let media = tempfile::tempdir().expect("dir");
-        let path = media.path().join("a.mp3");
-        std::fs::write(&path, [6u8; 4096]).expect("write");
         let app = app(media.path()).await;
-        knows(&app, &path);
-        for _ in 0..4 {
-            assert_eq!(get(&app).await, (StatusCode::OK, vec![6u8; 4096]));
-        }
+        let path = answered(&app, media.path(), 6, 4).await;
         let noted = HOT.with_borrow(|hot| hot.tracks.values().any(|t| t.noted.is_some()));
         assert!(noted, "the copy was not proved current by the watcher");
         // Another version takes the entry's place (as when a `stat` found the file
@@ -511,22 +518,12 @@ mod tests {
     /// An app whose id cache keeps entries `ttl` (evictions heard), knowing [`ID`] at a
     /// copied 4 KiB file; and the instant before it knew it.
     async fn copied(media: &Path, ttl: Duration) -> (App, Instant) {
-        let path = media.join("a.mp3");
-        std::fs::write(&path, [4u8; 4096]).expect("write");
-        let mut config = Config::defaults_with_roots(vec![media.to_path_buf()]).expect("config");
-        config.redis.target = crate::redis_link::RedisTarget::Single("redis://127.0.0.1:1".into());
-        config.redis.timeout = Duration::from_millis(20);
-        config.mongodb.uri = "mongodb://127.0.0.1:1/".into();
-        config.mongodb.timeout = Duration::from_millis(20);
+        let mut config = offline(media);
         config.cache.id_ttl = ttl;
-        let state = AppState::new(&config).await.expect("state");
-        let app = App::new(state, &config.route_prefixes);
+        let app = app_of(&config).await;
         app.state.resolver.local().set_pushed(true);
         let before = Instant::now();
-        knows(&app, &path);
-        for _ in 0..3 {
-            assert_eq!(get(&app).await, (StatusCode::OK, vec![4u8; 4096]));
-        }
+        answered(&app, media, 4, 3).await;
         assert_eq!(held().0, 1);
         (app, before)
     }
