@@ -657,3 +657,70 @@ async fn metrics_count_requests_cache_outcomes_files_and_bytes() {
         "only the /metrics answer itself"
     );
 }
+
+/// A file system mounted over a hot file's directory changes what its path names without
+/// any inotify event; the mount table's change tells the watcher, so the next request,
+/// sent after the mount returned, gets the file the path names now, not the copy in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_over_a_hot_files_directory_serves_what_the_path_names_now() {
+    /// Unmounts what it mounted, however the test ends.
+    struct Mounted(std::path::PathBuf);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let env = TestEnv::shared_with(&[]).await;
+    let (before, after) = (pattern(3000, 1), pattern(3000, 2));
+    let (id, path) = env.track("mounted-over/a.mp3", &before).await;
+    let server = env.musicd().await;
+    let client = crate::harness::client();
+    // Enough requests for every loop to keep a copy, proven current by inotify's drains.
+    for _ in 0..8 {
+        let body = client
+            .get(server.track_url(&id))
+            .send()
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        assert_eq!(&body[..], &before[..]);
+    }
+    let mount_changes = || async {
+        let text = crate::harness::get_text(&server.url("/metrics")).await;
+        crate::harness::metric(&text, "musicd_file_cache_mount_changes_total").expect("metric")
+    };
+    let changes_before = mount_changes().await;
+    let directory = path.parent().expect("its directory").to_path_buf();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&directory)
+        .status()
+        .expect("run mount");
+    assert!(mounted.success(), "mount a tmpfs over {directory:?}");
+    let _mounted = Mounted(directory);
+    std::fs::write(&path, &after).expect("the file under the mount");
+    for _ in 0..4 {
+        let body = client
+            .get(server.track_url(&id))
+            .send()
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("body");
+        assert_eq!(
+            &body[..],
+            &after[..],
+            "served the copy of the file mounted over"
+        );
+    }
+    assert!(
+        mount_changes().await > changes_before,
+        "the watcher saw the mount table change"
+    );
+}

@@ -283,3 +283,44 @@ async fn a_client_that_reads_slowly_is_not_sent_megabytes_ahead_into_kernel_memo
     }
     assert!(total >= 16 * 1024 * 1024, "{total}");
 }
+
+/// A keep-alive connection waiting for its next request closes as soon as the server
+/// stops, not when its idle timeout or the stop's deadline (5 s in tests) runs out: the
+/// stop wakes every waiting connection, though each registers for it only once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_closes_as_soon_as_the_server_stops() {
+    use crate::harness::raw::{connect, read_responses, read_to_close};
+    let env = TestEnv::shared_with(&["limits.idle_timeout_secs=600"]).await;
+    let server = env.musicd().await;
+    let addr = server.addr;
+    let mut idle = tokio::task::spawn_blocking(move || {
+        let mut idle = connect(addr);
+        // Two answers, so the connection has waited between requests and after them.
+        for _ in 0..2 {
+            idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .expect("write");
+            let answers = read_responses(&mut idle, 1, &[false]);
+            assert_eq!(answers[0].status, 200);
+        }
+        idle
+    })
+    .await
+    .expect("client thread");
+    let stopping = tokio::spawn(server.shutdown());
+    let (rest, took) = tokio::task::spawn_blocking(move || {
+        idle.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        let started = Instant::now();
+        let (rest, error) = read_to_close(&mut idle);
+        assert!(error.is_none(), "closed with {error:?}, not cleanly");
+        (rest, started.elapsed())
+    })
+    .await
+    .expect("client thread");
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    assert!(
+        took < Duration::from_secs(4),
+        "the idle connection was closed {took:?} after the stop began"
+    );
+    stopping.await.expect("stopped");
+}

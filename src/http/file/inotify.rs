@@ -1,4 +1,4 @@
-//! Kernel notification that cached files did not change: one `poll` per loop turn where a
+//! Kernel notification that cached files did not change: one `epoll_wait` per loop turn where a
 //! `stat` per hot file was needed.
 //!
 //! [`super::cache`] proves a copy current with a `stat` begun after its request was read.
@@ -52,9 +52,13 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::event::{Timespec, epoll};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::io::Errno;
+
+/// What [`Watcher::news`] says an event is about.
+const INOTIFY: u64 = 0;
+const MOUNTS: u64 = 1;
 
 /// A directory on the way: its names coming, going, renamed, or changing attributes, and
 /// itself being moved or deleted. `ONLYDIR | DONT_FOLLOW`: a symbolic link is refused.
@@ -195,7 +199,13 @@ enum Refusal {
 pub(crate) struct Watcher {
     inotify: OwnedFd,
     /// `/proc/self/mountinfo`, which `poll` reports as changed when the mount table changes.
-    mounts: File,
+    /// Only `news` reads it, and only while it is open: epoll forgets a closed file.
+    _mounts: File,
+    /// An epoll set of the two, level-triggered: a drain asks it once whether either has
+    /// news. Asking is one check of its ready list, where `poll` of the two descriptors
+    /// asked each (and copied them in and out): a drain is made nearly once a request when
+    /// a loop serves a few requests a turn.
+    news: OwnedFd,
     limit: usize,
     /// When the last complete drain began, in ns since the cache's epoch.
     drained: AtomicU64,
@@ -215,8 +225,24 @@ impl Watcher {
         }
         let opened = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)
             .map_err(std::io::Error::from)
-            .and_then(|inotify| Ok((inotify, File::open("/proc/self/mountinfo")?)));
-        let (inotify, mounts) = match opened {
+            .and_then(|inotify| Ok((inotify, File::open("/proc/self/mountinfo")?)))
+            .and_then(|(inotify, mounts)| {
+                let news = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+                epoll::add(
+                    &news,
+                    &inotify,
+                    epoll::EventData::new_u64(INOTIFY),
+                    epoll::EventFlags::IN,
+                )?;
+                epoll::add(
+                    &news,
+                    &mounts,
+                    epoll::EventData::new_u64(MOUNTS),
+                    epoll::EventFlags::PRI,
+                )?;
+                Ok((inotify, mounts, news))
+            });
+        let (inotify, mounts, news) = match opened {
             Ok(both) => both,
             Err(err) => {
                 tracing::warn!(error = %err, "no inotify: hot files are checked with a stat per loop turn");
@@ -225,7 +251,8 @@ impl Watcher {
         };
         Some(Watcher {
             inotify,
-            mounts,
+            _mounts: mounts,
+            news,
             limit,
             drained: AtomicU64::new(0),
             tables: Mutex::new(Tables {
@@ -325,27 +352,33 @@ impl Watcher {
     }
 
     fn drain_locked(&self, tables: &mut Tables, began: u64) {
-        let mut fds = [
-            PollFd::new(&self.inotify, PollFlags::IN),
-            PollFd::new(&self.mounts, PollFlags::PRI),
-        ];
         let immediately = Timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        if rustix::event::poll(&mut fds, Some(&immediately)).is_err() {
+        let mut ready = [epoll::Event {
+            flags: epoll::EventFlags::empty(),
+            data: epoll::EventData::new_u64(0),
+        }; 2];
+        let Ok(count) = epoll::wait(&self.news, &mut ready[..], Some(&immediately)) else {
             return;
-        }
+        };
         self.drains.fetch_add(1, Ordering::Relaxed);
-        let (events, mounts) = (fds[0].revents(), fds[1].revents());
-        if mounts.intersects(PollFlags::PRI | PollFlags::ERR) {
+        let news = |source: u64| {
+            ready[..count]
+                .iter()
+                .find(|event| event.data.u64() == source)
+                .map_or(epoll::EventFlags::empty(), |event| event.flags)
+        };
+        let (events, mounts) = (news(INOTIFY), news(MOUNTS));
+        if mounts.intersects(epoll::EventFlags::PRI | epoll::EventFlags::ERR) {
             tracing::info!(
                 "the mount table changed: every cached file is checked with a stat again"
             );
             self.mount_changes.fetch_add(1, Ordering::Relaxed);
             self.forget_all(tables);
         }
-        if events.contains(PollFlags::IN) && !self.read_events(tables) {
+        if events.contains(epoll::EventFlags::IN) && !self.read_events(tables) {
             return;
         }
         self.drained.fetch_max(began, Ordering::AcqRel);

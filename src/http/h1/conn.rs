@@ -28,6 +28,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::http::{Method, Version};
@@ -91,6 +92,7 @@ pub(crate) async fn serve_connection<S: Service>(
             // Also done when the server is gone (sender dropped).
             let _ = signal.wait_for(|stopping| *stopping).await;
         }),
+        stop_armed: false,
         timer,
         stopping_since: stopping.then_some(now),
         served: 0,
@@ -115,6 +117,8 @@ pub(super) struct Connection<S> {
     stop: watch::Receiver<bool>,
     /// Completes when the server stops. Kept across waits, so it registers once.
     stop_signal: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Whether `stop_signal` has been polled and holds this task's waker.
+    stop_armed: bool,
     /// The connection's one timer, re-armed lazily: only when a wait needs an earlier
     /// deadline, or when it fires before the current wait's deadline. Most requests then
     /// touch no timer at all.
@@ -359,10 +363,25 @@ impl<S: Service> Connection<S> {
             if self.timer.deadline() > deadline {
                 self.timer.as_mut().reset(deadline);
             }
+            if !stopping && !self.stop_armed {
+                // Polled once, the stop signal holds this task's waker, which never
+                // changes: the stop wakes the task, and the last branch below sees it
+                // with one atomic load. Polled at every wait, it took a lock shared by
+                // every loop's connections once a request.
+                let signal =
+                    std::future::poll_fn(|cx| Poll::Ready(self.stop_signal.as_mut().poll(cx)));
+                if signal.await.is_ready() {
+                    self.stopping_since.get_or_insert_with(Instant::now);
+                    continue;
+                }
+                self.stop_armed = true;
+            }
             // Waiting before reserving: an idle connection holds no read buffer.
             tokio::select! {
                 biased;
-                ready = self.stream.readable() => {
+                // Not `readable()`: its future joins a list of waiters under a lock, and
+                // leaves it under the lock again, where this keeps the one reader's waker.
+                ready = std::future::poll_fn(|cx| self.stream.poll_read_ready(cx)) => {
                     if ready.is_err() {
                         return Read::Gone;
                     }
@@ -374,8 +393,9 @@ impl<S: Service> Connection<S> {
                     self.timer.as_mut().reset(deadline);
                     continue;
                 }
-                () = self.stop_signal.as_mut(), if !stopping => {
-                    self.stopping_since.get_or_insert_with(Instant::now);
+                () = std::future::poll_fn(|_| {
+                    if self.stop.has_changed().unwrap_or(true) { Poll::Ready(()) } else { Poll::Pending }
+                }), if !stopping => {
                     continue;
                 }
             }
